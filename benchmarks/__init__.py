@@ -1,0 +1,1 @@
+"""Workloads, the run entry point and the distributed bootstrap of the benchmark suite."""

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the suite into ./.venv (CPU build of torch). Idempotent: a second call is quick.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -r envs/requirements-cpu.txt
+.venv/bin/python -m pip install --quiet --no-deps -e .
+echo "installed: $(.venv/bin/python -c 'import torch, torchvision; print("torch", torch.__version__)')"
