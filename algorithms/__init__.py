@@ -1,0 +1,58 @@
+"""The algorithm registry: a literal dict from a name to the class that implements it.
+
+Classes are imported lazily (``importlib``) so that ``--list`` and argument checks stay cheap and an
+algorithm whose optional dependency is missing (Horovod, MPI) breaks only itself. An algorithm's
+knobs are the keyword-only arguments of its constructor; ``params()`` reads them, with their
+types and defaults, so that ``--set`` can reach and type-check each one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import typing
+
+from algorithms.base import Algorithm
+from algorithms.topology import Topology
+
+REGISTRY: dict[str, str] = {
+    "ddp": "algorithms.ddp:DDP",
+    "allreduce": "algorithms.allreduce:AllReduce",
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(name: str) -> type[Algorithm]:
+    """The class registered as ``name``; an unknown name lists the valid ones."""
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, REGISTRY, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise KeyError(f"unknown algorithm {name!r}.{hint} Valid algorithms: {', '.join(names())}.")
+    module_name, attr = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def params(name: str) -> dict[str, tuple[object, object]]:
+    """``{knob: (type, default)}`` for the keyword-only constructor arguments of ``name``."""
+    cls = get(name)
+    hints = typing.get_type_hints(cls.__init__)
+    signature = inspect.signature(cls.__init__)
+    return {
+        p.name: (hints[p.name], p.default)
+        for p in signature.parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+def build(name: str, topology: Topology, **knobs: object) -> Algorithm:
+    return get(name)(topology, **knobs)
+
+
+def describe(name: str) -> str:
+    """First line of the class docstring, for ``--list``."""
+    doc = inspect.getdoc(get(name)) or ""
+    return doc.splitlines()[0] if doc else ""

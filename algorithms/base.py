@@ -1,0 +1,71 @@
+"""The interface shared by the synchronous, step-based algorithms.
+
+The runner calls ``prepare(model, optimizer)`` once, then, after each ``loss.backward()``,
+``step()``, which communicates and applies the optimizer; ``end_epoch(train_loss)`` once per epoch
+for schedule logic; ``eval_model()`` for the model to evaluate; ``state_dict()`` to checkpoint. An
+algorithm owns only the update: data, model, loss, evaluation and the clock belong to the runner.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+
+import torch
+from torch import nn
+
+from algorithms.topology import Topology
+
+
+class Algorithm(abc.ABC):
+    """Base class: subclasses implement ``step`` and may override the other hooks.
+
+    Args:
+        topology: this rank's position; the constructor's keyword-only arguments are the knobs.
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.model: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.comm_s = 0.0  # seconds spent in blocking communication, reported as ``comm_s``
+        self.step_count = 0
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        """Take ownership of the model and optimizer; return the module the loop calls forward on."""
+        self.model, self.optimizer = model, optimizer
+        return model
+
+    @abc.abstractmethod
+    def step(self) -> None:
+        """Communicate and update the parameters; called once after each ``loss.backward()``."""
+
+    def end_epoch(self, train_loss: float) -> None:
+        """Schedule logic at the end of an epoch; ``train_loss`` is the job-wide mean."""
+
+    def eval_model(self) -> nn.Module:
+        """The model whose validation metric is reported."""
+        assert self.model is not None, "prepare() first"
+        return self.model
+
+    def metrics(self) -> dict[str, float]:
+        """The algorithm's own ``metrics.csv`` columns (for example DASO's B and S)."""
+        return {}
+
+    def state_dict(self) -> dict[str, object]:
+        return {"step_count": self.step_count, "comm_s": self.comm_s}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.step_count = int(state["step_count"])
+        self.comm_s = float(state["comm_s"])
+
+    def _timed_start(self) -> float:
+        """Start a communication timer; on CUDA, first drain the stream so compute is not counted."""
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _timed_stop(self, start: float) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.comm_s += time.perf_counter() - start

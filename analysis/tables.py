@@ -1,0 +1,156 @@
+"""Time-to-target table: median over seeds, min–max, k/n converged, speed-up against DDP.
+
+Follows the timing rules of ``../shared/DESIGN.md`` (as MLPerf Training): a run counts as
+converged when it completed and reached the target (``time_to_target_s`` not null); runs that did
+not converge are never dropped, they count in ``n`` and in the failure columns. Times are medians
+over the converged seeds, and the speed-up is the median DDP time over the median time of the
+algorithm on the same suite, task, node count and processes per node. Unfinished runs (no
+``summary.json``) are counted apart in ``incomplete`` and left out of ``n``.
+
+Run as ``python -m analysis.tables --results DIR`` to write ``DIR/tables/time_to_target.csv`` and
+``DIR/tables/time_to_target.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.aggregate import INCOMPLETE, load_runs, parse_results
+
+BASELINE = "ddp"
+GROUP = ["suite", "task", "nodes", "procs_per_node"]
+KEYS = GROUP + ["algorithm"]
+FAILURES = ["failed", "diverged", "timeout"]
+
+
+def converged(runs: pd.DataFrame) -> pd.Series:
+    """Return the mask of runs that completed and reached the target."""
+    return (runs["status"] == "completed") & runs["time_to_target_s"].notna()
+
+
+def _joined(values: pd.Series) -> str:
+    """Sorted distinct non-null values as one comma-separated string."""
+    return ",".join(sorted({str(v) for v in values.dropna()}))
+
+
+def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
+    """Summarise the runs per suite, task, nodes, processes per node and algorithm.
+
+    Args:
+        runs: One row per run, as :func:`analysis.aggregate.load_runs` returns.
+
+    Returns:
+        One row per group with ``n`` (finished runs), ``k`` (converged), ``k/n``,
+        ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none),
+        ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median), the medians of
+        ``final_metric``, ``best_metric``, ``throughput`` and ``comm_share`` over finished runs,
+        the counts ``failed``, ``diverged``, ``timeout`` and ``incomplete``, and ``metric``,
+        ``target`` and ``clock`` (``simulated`` where the times come from the simulator).
+    """
+    rows = []
+    for key, group in runs.groupby(KEYS, sort=True, dropna=False):
+        finished = group[group["status"] != INCOMPLETE]
+        tta = finished.loc[converged(finished), "time_to_target_s"]
+        n, k = len(finished), len(tta)
+        row = dict(zip(KEYS, key))
+        row.update({
+            "n": n, "k": k, "k/n": f"{k}/{n}",
+            "tta_median_s": tta.median() if k else math.nan,
+            "tta_min_s": tta.min() if k else math.nan,
+            "tta_max_s": tta.max() if k else math.nan,
+            "final_metric_median": finished["final_metric"].median(),
+            "best_metric_median": finished["best_metric"].median(),
+            "throughput_median": finished["throughput"].median(),
+            "comm_share_median": finished["comm_share"].median(),
+        })
+        row.update({status: int((finished["status"] == status).sum()) for status in FAILURES})
+        row["incomplete"] = len(group) - n
+        row["metric"] = _joined(group["metric"])
+        row["target"] = group["target"].dropna().iloc[0] if group["target"].notna().any() else math.nan
+        row["clock"] = _joined(group["clock"]) or "wall"
+        rows.append(row)
+    columns = KEYS + [
+        "n", "k", "k/n", "tta_median_s", "tta_min_s", "tta_max_s", "speedup_vs_ddp",
+        "final_metric_median", "best_metric_median", "throughput_median", "comm_share_median",
+        *FAILURES, "incomplete", "metric", "target", "clock",
+    ]
+    table = pd.DataFrame(rows, columns=[c for c in columns if c != "speedup_vs_ddp"])
+    base = table.loc[table["algorithm"] == BASELINE, GROUP + ["tta_median_s"]]
+    table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP, how="left")
+    # NaN propagates: no DDP median or no algorithm median gives no speed-up.
+    table["speedup_vs_ddp"] = table["_ddp"] / table["tta_median_s"]
+    return table[columns]
+
+
+def _num(value: float, spec: str) -> str:
+    """Format a number with ``spec``, or an em dash where it is missing."""
+    return "—" if value is None or pd.isna(value) else format(value, spec)
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Format a :func:`time_to_target` table for people: strings, seconds to 1 decimal, ``×``."""
+    out = pd.DataFrame({
+        "suite": table["suite"].astype(str),
+        "task": table["task"].astype(str),
+        "nodes×procs": [f"{n}×{g}" for n, g in zip(table["nodes"], table["procs_per_node"])],
+        "algorithm": table["algorithm"].astype(str),
+        "converged (k/n)": table["k/n"],
+        "median time to target (s)": [_num(v, ".1f") for v in table["tta_median_s"]],
+        "min–max (s)": [
+            "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}"
+            for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
+        ],
+        "speed-up vs DDP": [_num(v, ".2f") + ("×" if pd.notna(v) else "")
+                            for v in table["speedup_vs_ddp"]],
+        "final metric": [_num(v, ".4g") for v in table["final_metric_median"]],
+        "best metric": [_num(v, ".4g") for v in table["best_metric_median"]],
+        "throughput (samples/s)": [_num(v, ",.0f") for v in table["throughput_median"]],
+        "comm share": [_num(v, ".1%") for v in table["comm_share_median"]],
+        "failed/diverged/timeout": [
+            f"{f}/{d}/{t}" for f, d, t in zip(table["failed"], table["diverged"], table["timeout"])
+        ],
+        "incomplete": table["incomplete"].astype(str),
+        "clock": table["clock"].astype(str),
+    })
+    return out
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    """Render a frame of strings as a GitHub markdown table (no ``tabulate`` needed)."""
+    def cell(value: object) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "| " + " | ".join(cell(c) for c in frame.columns) + " |",
+        "|" + "|".join("---" for _ in frame.columns) + "|",
+    ]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Write ``tables/time_to_target.csv`` (raw numbers) and ``.md`` (formatted); return the table."""
+    runs = load_runs(results) if runs is None else runs
+    table = time_to_target(runs)
+    out = Path(results) / "tables"
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "time_to_target.csv", index=False)
+    markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
+    (out / "time_to_target.md").write_text(markdown + to_markdown(display_table(table)),
+                                           encoding="utf-8")
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: write the time-to-target tables."""
+    results = parse_results("Write the time-to-target table (csv and markdown).", argv)
+    table = write_tables(results)
+    print(to_markdown(display_table(table)), end="")
+
+
+if __name__ == "__main__":
+    main()
