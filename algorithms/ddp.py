@@ -23,8 +23,6 @@ class DDP(Algorithm):
 
     Args:
         bucket_cap_mb: DDP's gradient bucket size in MiB (default 25, DDP's own default).
-        broadcast_buffers: re-broadcast buffers (batch-norm statistics) from rank 0 every forward
-            (default True, DDP's own default).
 
     Example::
 
@@ -36,12 +34,11 @@ class DDP(Algorithm):
             algo.step()
     """
 
-    def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True) -> None:
+    def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0) -> None:
         super().__init__(topology)
         if bucket_cap_mb <= 0:
             raise ValueError(f"Arg ``bucket_cap_mb`` must be positive, got {bucket_cap_mb}.")
         self.bucket_cap_mb = bucket_cap_mb
-        self.broadcast_buffers = broadcast_buffers
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         device_ids = [next(model.parameters()).device.index] if torch.cuda.is_available() else None
@@ -49,7 +46,6 @@ class DDP(Algorithm):
             model,
             device_ids=device_ids,
             bucket_cap_mb=self.bucket_cap_mb,
-            broadcast_buffers=self.broadcast_buffers,
         )
         super().prepare(model, optimizer)
         return self.ddp

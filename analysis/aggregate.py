@@ -100,6 +100,8 @@ def load_runs(results: Path) -> pd.DataFrame:
         row.update({k: env.get(k) for k in ENV_FIELDS})
         if isinstance(row["hosts"], list):
             row["hosts"] = ",".join(str(h) for h in row["hosts"])
+        if row["slurm_job_id"] is not None:  # a string, or pandas turns 123 beside None into 123.0
+            row["slurm_job_id"] = str(row["slurm_job_id"])
         row["run_dir"] = str(run_dir)
         rows.append(row)
     runs = pd.DataFrame(rows, columns=IDENTITY + SUMMARY_FIELDS + ENV_FIELDS + ["run_dir"])

@@ -38,7 +38,8 @@ def figure_stem(suite: str, task: str, nodes: int, procs_per_node: int) -> str:
 
 
 def step_values(wall: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """Sample a step curve at ``grid``: the last value at or before each time, NaN before the first."""
+    """Sample a step curve at ``grid``: the last value at or before each time, NaN before any."""
+    wall, value = np.asarray(wall, dtype=float), np.asarray(value, dtype=float)
     order = np.argsort(wall, kind="stable")
     wall, value = wall[order], value[order]
     index = np.searchsorted(wall, grid, side="right") - 1
@@ -89,7 +90,8 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path)
     finished = runs[runs["status"] != INCOMPLETE]
     # One colour per algorithm across every figure, so the figures read side by side.
     palette = plt.get_cmap("tab10")
-    colours = {a: palette(i % 10) for i, a in enumerate(sorted(runs["algorithm"].dropna().unique()))}
+    algorithms = sorted(runs["algorithm"].dropna().unique())
+    colours = {a: palette(i % 10) for i, a in enumerate(algorithms)}
     paths = []
     for key, group in curves.groupby(GROUP, sort=True):
         suite, task, nodes, procs_per_node = key
@@ -104,11 +106,13 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path)
             ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
         target = _first(group_runs["target"])
         if target is not None:
-            ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:g}")
+            ax.axhline(target, color="black", linestyle="--", linewidth=1,
+                       label=f"target {target:g}")
         simulated = "simulated" in set(group_runs["clock"].dropna())
         ax.set_xlabel("simulated wall time (s)" if simulated else "wall time (s)")
         ax.set_ylabel(f"validation {_first(group_runs['metric']) or 'metric'}")
-        ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers — median, min–max over seeds")
+        ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers"
+                     " — median, min–max over seeds")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
         fig.tight_layout()

@@ -69,7 +69,8 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         row.update({status: int((finished["status"] == status).sum()) for status in FAILURES})
         row["incomplete"] = len(group) - n
         row["metric"] = _joined(group["metric"])
-        row["target"] = group["target"].dropna().iloc[0] if group["target"].notna().any() else math.nan
+        targets = group["target"].dropna()
+        row["target"] = targets.iloc[0] if len(targets) else math.nan
         row["clock"] = _joined(group["clock"]) or "wall"
         rows.append(row)
     columns = KEYS + [
@@ -133,7 +134,7 @@ def to_markdown(frame: pd.DataFrame) -> str:
 
 
 def write_tables(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Write ``tables/time_to_target.csv`` (raw numbers) and ``.md`` (formatted); return the table."""
+    """Write ``tables/time_to_target.csv`` (raw) and ``.md`` (formatted); return the table."""
     runs = load_runs(results) if runs is None else runs
     table = time_to_target(runs)
     out = Path(results) / "tables"

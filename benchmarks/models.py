@@ -26,7 +26,8 @@ def _init_weights(model: nn.Module) -> None:
 
 
 def _conv_bn(in_ch: int, out_ch: int, kernel: int, stride: int = 1) -> list[nn.Module]:
-    return [nn.Conv2d(in_ch, out_ch, kernel, stride, padding=kernel // 2, bias=False), nn.BatchNorm2d(out_ch)]
+    conv = nn.Conv2d(in_ch, out_ch, kernel, stride, padding=kernel // 2, bias=False)
+    return [conv, nn.BatchNorm2d(out_ch)]
 
 
 class _BasicBlock(nn.Module):
@@ -34,9 +35,12 @@ class _BasicBlock(nn.Module):
 
     def __init__(self, in_ch: int, out_ch: int, stride: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(*_conv_bn(in_ch, out_ch, 3, stride), nn.ReLU(inplace=True), *_conv_bn(out_ch, out_ch, 3))
+        self.body = nn.Sequential(
+            *_conv_bn(in_ch, out_ch, 3, stride), nn.ReLU(inplace=True), *_conv_bn(out_ch, out_ch, 3)
+        )
         # Option B of He et al.: a 1x1 conv + BN projection where the shape changes, identity elsewhere.
-        self.shortcut = nn.Sequential(*_conv_bn(in_ch, out_ch, 1, stride)) if stride != 1 or in_ch != out_ch else nn.Identity()
+        reshapes = stride != 1 or in_ch != out_ch
+        self.shortcut = nn.Sequential(*_conv_bn(in_ch, out_ch, 1, stride)) if reshapes else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.shortcut(x))
@@ -81,7 +85,8 @@ class _WideBlock(nn.Module):
             nn.Conv2d(out_ch, out_ch, 3, 1, padding=1, bias=False),
         )
         # As the authors' code: where the shape changes, a 1x1 conv on the pre-activated input.
-        self.project = nn.Conv2d(in_ch, out_ch, 1, stride, bias=False) if stride != 1 or in_ch != out_ch else None
+        reshapes = stride != 1 or in_ch != out_ch
+        self.project = nn.Conv2d(in_ch, out_ch, 1, stride, bias=False) if reshapes else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         activated = self.pre(x)
@@ -133,7 +138,8 @@ class _Fire(nn.Module):
         super().__init__()
 
         def conv_bn_relu(a: int, b: int, kernel: int) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(a, b, kernel, padding=kernel // 2), nn.BatchNorm2d(b), nn.ReLU(inplace=True))
+            conv = nn.Conv2d(a, b, kernel, padding=kernel // 2)
+            return nn.Sequential(conv, nn.BatchNorm2d(b), nn.ReLU(inplace=True))
 
         self.squeeze = conv_bn_relu(in_ch, squeeze, 1)
         self.expand_1x1 = conv_bn_relu(squeeze, out_ch // 2, 1)
@@ -159,9 +165,13 @@ class SqueezeNetCifar(nn.Module):
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 96, 3, padding=1), nn.BatchNorm2d(96), nn.ReLU(inplace=True), nn.MaxPool2d(2))
-        specs = [(96, 128, 16), (128, 128, 16), (128, 256, 32), (256, 256, 32), (256, 384, 48), (384, 384, 48), (384, 512, 64), (512, 512, 64)]
-        self.fires = nn.ModuleList(_Fire(*spec) for spec in specs)  # Fire2 ... Fire9
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 96, 3, padding=1), nn.BatchNorm2d(96), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+        )
+        # (in, out, squeeze) channels of Fire2 ... Fire9.
+        specs = [(96, 128, 16), (128, 128, 16), (128, 256, 32), (256, 256, 32)]
+        specs += [(256, 384, 48), (384, 384, 48), (384, 512, 64), (512, 512, 64)]
+        self.fires = nn.ModuleList(_Fire(*spec) for spec in specs)
         self.pool = nn.MaxPool2d(2)
         self.conv10 = nn.Conv2d(512, num_classes, 1)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())

@@ -1,0 +1,198 @@
+"""Resolve one run's configuration from the command line, checked before any process starts.
+
+Every ``--set key=value`` is looked up in three flat namespaces (the task's hyper-parameters, the
+algorithm's knobs, the run settings below); a key in none of them, or a value of the wrong type, is
+a ``ConfigError`` whose message names the fix. Values are parsed as YAML scalars and lists, so
+``lr=0.1``, ``nesterov=true`` and ``milestones=[80,120]`` all work.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+import algorithms
+from benchmarks import tasks
+
+# Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
+SETTINGS: dict[str, tuple[object, object]] = {
+    "suite": (str, "adhoc"),  # groups runs in results/ and in wandb
+    "data_root": (str | None, None),  # where tasks that read from disk find their data
+    "wandb": (bool, True),
+    "wandb_project": (str, "dp-bench"),
+    "wandb_mode": (str, "offline"),  # offline | online | disabled; WANDB_MODE in the environment wins
+    "collective_timeout_s": (float, 300.0),  # a collective that hangs longer fails the run
+    "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
+    "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
+    "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
+}
+
+
+class ConfigError(ValueError):
+    """Bad user input; the message is one line that names the fix."""
+
+
+@dataclass
+class RunConfig:
+    algorithm: str
+    task: str
+    nodes: int
+    procs_per_node: int
+    seed: int
+    out: Path
+    hparams: dict[str, object] = field(default_factory=dict)
+    algorithm_params: dict[str, object] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.task}__{self.algorithm}__n{self.nodes}x{self.procs_per_node}__s{self.seed}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "suite": self.settings["suite"],
+            "run_id": self.run_id,
+            "algorithm": self.algorithm,
+            "task": self.task,
+            "nodes": self.nodes,
+            "procs_per_node": self.procs_per_node,
+            "world_size": self.world_size,
+            "seed": self.seed,
+            "out": str(self.out),
+            "hparams": self.hparams,
+            "algorithm_params": self.algorithm_params,
+            "settings": self.settings,
+        }
+
+
+def _type_name(expected: object) -> str:
+    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+
+
+def coerce(key: str, raw: str, expected: object) -> object:
+    """Parse ``raw`` and check it against ``expected`` (int, float, bool, str, list[...], X | None)."""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if not _matches(value, expected):
+        if _matches(raw, expected):  # a string setting whose text YAML read as something else
+            return raw
+        raise ConfigError(
+            f"--set {key}={raw}: ``{key}`` must be {_type_name(expected)}, got {type(value).__name__} {value!r}"
+        )
+    if expected is float and isinstance(value, int):
+        value = float(value)
+    return value
+
+
+def _matches(value: object, expected: object) -> bool:
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(expected))
+    if expected is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(expected)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)  # type: ignore[arg-type]
+
+
+def _hparam_type(default: object) -> object:
+    if isinstance(default, bool):
+        return bool
+    if isinstance(default, float):
+        return float
+    if isinstance(default, int):
+        return int
+    if isinstance(default, list):
+        return list[float] if any(isinstance(v, float) for v in default) else list[int]
+    return type(default)
+
+
+def resolve(
+    algorithm: str,
+    task: str,
+    nodes: int,
+    procs_per_node: int,
+    seed: int,
+    out: Path,
+    overrides: list[str],
+) -> RunConfig:
+    """Build the fully resolved ``RunConfig``; raise ``ConfigError`` for any bad input."""
+    try:
+        task_obj = tasks.get(task)
+    except KeyError as error:
+        raise ConfigError(f"{error.args[0]} (--task)") from None
+    try:
+        knobs = algorithms.params(algorithm)
+    except KeyError as error:
+        raise ConfigError(f"{error.args[0]} (--algorithm)") from None
+    for name, value in (("--nodes", nodes), ("--procs-per-node", procs_per_node)):
+        if value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be a non-negative integer, got {seed}")
+
+    namespaces = {
+        "hparams": {k: (_hparam_type(v), v) for k, v in task_obj.hparams.items()},
+        "algorithm_params": knobs,
+        "settings": SETTINGS,
+    }
+    values = {ns: {k: d for k, (_, d) in spec.items()} for ns, spec in namespaces.items()}
+    known = {k: ns for ns, spec in namespaces.items() for k in spec}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value, for example --set lr=0.1")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(
+                f"--set {key}: unknown key; {hint}valid keys for task {task!r} and algorithm "
+                f"{algorithm!r}: {', '.join(sorted(known))} (see --list)"
+            )
+        ns = known[key]
+        values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
+
+    config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
+    _check_values(config)
+    if task_obj.check_data is not None:
+        root = config.settings["data_root"]
+        try:
+            task_obj.check_data(Path(root) if root else None)
+        except tasks.DataRootError as error:
+            raise ConfigError(str(error)) from None
+    return config
+
+
+def _check_values(config: RunConfig) -> None:
+    h, s = config.hparams, config.settings
+    positive = ("batch_size", "epochs", "eval_every")
+    for key in positive:
+        if h[key] <= 0:
+            raise ConfigError(f"--set {key}: must be positive, got {h[key]}")
+    if h["lr"] <= 0:
+        raise ConfigError(f"--set lr: must be positive, got {h['lr']}")
+    if h["schedule"] not in ("constant", "cosine", "step"):
+        raise ConfigError(f"--set schedule: must be constant, cosine or step, got {h['schedule']!r}")
+    if s["device"] not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
+    if s["wandb_mode"] not in ("offline", "online", "disabled"):
+        raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
+    if s["collective_timeout_s"] <= 0:
+        raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")

@@ -1,0 +1,179 @@
+"""The distributed bootstrap: join a job started by srun, torchrun or mpirun, or start one locally.
+
+``detect()`` reads the launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, Open MPI's
+``OMPI_COMM_WORLD_*``, MPICH/PMI's ``PMI_*``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an srun
+step) and says where the rendezvous is. Started plainly, ``spawn_local()`` is the launcher: it starts
+the N×G processes of a virtual cluster with torchrun's variables, watches them, and takes the whole
+job down as soon as one rank fails, so no process is left behind. Every rank then calls
+``init_process_group()``: NCCL when CUDA is there, else gloo, with a timeout after which a
+collective that hangs fails the run instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the launcher told this process."""
+
+    rank: int
+    world_size: int
+    launcher: str  # local | torchrun | srun | mpirun
+    master_addr: str
+    master_port: int
+    slurm_job_id: str | None = None
+
+
+def detect() -> Launch | None:
+    """The launch this process belongs to, or ``None`` when it was started plainly."""
+    env = os.environ
+    job = env.get("SLURM_JOB_ID")
+    if "RANK" in env and "WORLD_SIZE" in env:  # torchrun, or this module's own local launcher
+        return Launch(int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("DPB_LAUNCHER", "torchrun"),
+                      env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), job)
+    # MPI before Slurm: under mpirun inside an allocation the SLURM_* variables describe mpirun's
+    # own daemons, not the ranks.
+    for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if rank_key in env and size_key in env:
+            rank, size = int(env[rank_key]), int(env[size_key])
+            addr, port = _mpi_rendezvous(rank)
+            return Launch(rank, size, "mpirun", addr, port, job)
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:  # inside an srun step
+        rank, size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+        addr = env.get("MASTER_ADDR") or _first_slurm_host() + env.get("DPB_MASTER_SUFFIX", "")
+        # One port per job step, so that two runs sharing a node do not collide.
+        port = int(env.get("MASTER_PORT") or 20000 + (int(job or 0) * 16 + int(env["SLURM_STEP_ID"])) % 40000)
+        return Launch(rank, size, "srun", addr, port, job)
+    return None
+
+
+def _first_slurm_host() -> str:
+    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", "")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True, check=True, timeout=30).stdout.split()
+        return out[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return nodelist.split(",")[0] or "127.0.0.1"
+
+
+def _mpi_rendezvous(rank: int) -> tuple[str, int]:
+    """Rank 0 picks its host and a free port and broadcasts them with MPI (gloo needs a TCP store)."""
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    from mpi4py import MPI
+
+    addr_port = (socket.gethostname(), free_port()) if rank == 0 else None
+    return MPI.COMM_WORLD.bcast(addr_port, root=0)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(launch: Launch, timeout_s: float, device: str) -> str:
+    """Initialise ``torch.distributed``; returns the backend name."""
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
+        rank=launch.rank,
+        world_size=launch.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return backend
+
+
+def pick_device(setting: str, local_rank: int) -> torch.device:
+    """``auto`` picks CUDA when present (one GPU per local rank), else the CPU."""
+    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("--set device=cuda, but CUDA is not available here; use device=cpu")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _die_with_parent() -> None:
+    """In a child: ask Linux to SIGKILL us when the launcher dies, so no rank outlives it."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) -> tuple[int, str | None]:
+    """Run ``python -m benchmarks.run argv`` as N×G local ranks; return (exit code, failure reason).
+
+    The first rank to exit non-zero takes the job down: the others get SIGTERM, then SIGKILL after
+    5 s. SIGTERM or SIGINT to the launcher is passed on the same way.
+    """
+    world = nodes * procs_per_node
+    if threads <= 0:
+        threads = max(1, (os.cpu_count() or 1) // procs_per_node)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(rank % procs_per_node), LOCAL_WORLD_SIZE=str(procs_per_node),
+                   GROUP_RANK=str(rank // procs_per_node), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), DPB_LAUNCHER="local", OMP_NUM_THREADS=str(threads))
+        procs.append(subprocess.Popen([sys.executable, "-m", "benchmarks.run", *argv], env=env,
+                                      preexec_fn=_die_with_parent))
+
+    stop = {"signal": None}
+
+    def forward(signum, _frame):
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    reason = None
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if stop["signal"] is not None:
+                reason = f"launcher received {signal.Signals(stop['signal']).name}"
+            elif failed:
+                rank, code = failed[0]
+                how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                reason = f"rank {rank} ended with {how}"
+            if reason or all(c == 0 for c in codes):
+                break
+            time.sleep(0.1)
+    finally:
+        _terminate(procs)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return (1 if reason else 0), reason
+
+
+def _terminate(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,90 @@
+"""The run directory: config.json, env.json, metrics.csv, summary.json (see results/README.md).
+
+Only rank 0 writes. ``summary.json`` is written last, through a temporary file and ``os.replace``,
+so a reader sees either no summary (the run is unfinished) or a whole one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+METRIC_COLUMNS = ["epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s"]
+STATUSES = ("completed", "failed", "diverged", "timeout")
+
+
+def write_json_atomic(path: Path, payload: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_summary(out: Path) -> dict[str, object] | None:
+    path = Path(out) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def git_commit() -> dict[str, object]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": None, "git_dirty": None}
+    return {"git_commit": commit or None, "git_dirty": dirty if commit else None}
+
+
+def environment(backend: str, launcher: str, hosts: list[str], device: torch.device,
+                slurm_job_id: str | None, threads: int) -> dict[str, object]:
+    """What env.json records: enough to tell two runs' machines and software apart."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("torchvision", "numpy", "wandb", "mpi4py", "horovod"):
+        module = sys.modules.get(name)
+        versions[name] = getattr(module, "__version__", None) if module else None
+    if device.type == "cuda":
+        devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    else:
+        devices = [platform.processor() or platform.machine()]
+    return {
+        **versions,
+        **git_commit(),
+        "platform": platform.platform(),
+        "hosts": sorted(set(hosts)),
+        "hosts_by_rank": hosts,
+        "backend": backend,
+        "launcher": launcher,
+        "slurm_job_id": slurm_job_id,
+        "device": device.type,
+        "devices": devices,
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+        "cpu_count": os.cpu_count(),
+        "threads_per_process": threads,
+    }
+
+
+class MetricsWriter:
+    """Appends one row per evaluation to metrics.csv, flushed at once so a crash loses nothing."""
+
+    def __init__(self, path: Path, extra_columns: list[str]) -> None:
+        self.columns = METRIC_COLUMNS + [c for c in extra_columns if c not in METRIC_COLUMNS]
+        self.file = open(path, "w", newline="")
+        self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
+        self.writer.writeheader()
+        self.file.flush()
+
+    def write(self, row: dict[str, object]) -> None:
+        self.writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in self.columns})
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
