@@ -196,3 +196,30 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
     if s["collective_timeout_s"] <= 0:
         raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
+
+
+def yaml_value(value: object) -> str:
+    """Render a config value as the text ``--set`` parses back to the same value (flow-style YAML)."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+
+
+def check_matrix(algorithm_names: list[str], task_names: list[str], nodes: list[int], procs_per_node: int,
+                 overrides: list[str]) -> None:
+    """Resolve every (algorithm, task, nodes) of a matrix; raise ``ConfigError`` on the first problem.
+
+    ``--set`` keys that belong to only some algorithms or tasks of the matrix are accepted for the
+    runs that know them and dropped elsewhere; a key that no run knows is an error.
+    """
+    used: set[str] = set()
+    for algorithm in algorithm_names:
+        for task in task_names:
+            knobs = set(algorithms.params(algorithm)) if algorithm in algorithms.REGISTRY else set()
+            hparams = set(tasks.get(task).hparams) if task in tasks.REGISTRY else set()
+            known = knobs | hparams | set(SETTINGS)
+            mine = [o for o in overrides if o.partition("=")[0].strip() in known]
+            used |= {o.partition("=")[0].strip() for o in mine}
+            for n in nodes:
+                resolve(algorithm, task, n, procs_per_node, 0, Path("unused"), mine)
+    unknown = [o for o in overrides if o.partition("=")[0].strip() not in used]
+    if unknown:
+        resolve(algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown)

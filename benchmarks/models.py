@@ -54,7 +54,7 @@ def resnet20(num_classes: int = 10) -> nn.Module:
     where the shape changes are **1x1 conv + BN projections** (option B), not the paper's zero-padded
     identity (option A): this is the definition LPP-SGD's code uses (epfml/LocalSGD ``ResNet_cifar``),
     with 65 parameter tensors, 272,474 parameters for 10 classes and 278,324 for 100 (lpp_sgd.md,
-    Section 3.2). Option A has 269,722; the two train to the same accuracy.
+    Section 3.2). Option A would have 269,722.
 
     Args:
         num_classes: outputs of the classifier (10 for CIFAR-10, 100 for CIFAR-100).
@@ -99,9 +99,10 @@ def wide_resnet(depth: int, widen_factor: int, num_classes: int, dropout: float 
 
     The standard definition: pre-activation blocks, bias-free convs, (depth - 4) / 6 blocks in each of
     3 stages of 16k, 32k and 64k channels (k = ``widen_factor``), then BN-ReLU, global average pooling
-    and a linear classifier. WRN-16-4 has 2.75M parameters, WRN-16-8 10.96M. LPP-SGD's own
-    ``wideresnet.py`` differs in ways that do not change the architecture: conv biases, Xavier init,
-    stride on the second conv, and a final BN with ``momentum=0.9`` (lpp_sgd.md, Section 5.1).
+    and a linear classifier. With 10 classes WRN-16-4 has 2.75M parameters, WRN-16-8 10.96M. LPP-SGD's
+    own ``wideresnet.py`` differs in details: conv biases (4,496 more parameters in WRN-16-8), Xavier
+    init, the stride on a block's second conv, and a final BN with ``momentum=0.9`` (lpp_sgd.md,
+    Section 5.1).
 
     Args:
         depth: total depth, 6n + 4 (16 for WRN-16-k).
@@ -157,7 +158,7 @@ class SqueezeNetCifar(nn.Module):
     5 and 7 and maxpools after Fire4 and Fire8, a 1x1 ``conv10`` to the classes and global average
     pooling (Iandola et al. 2016, with BN added; lpp_sgd.md, Section 5.1). It has 102 parameter
     tensors and 734,986 parameters for 10 classes, 781,156 for 100. torchvision's ``squeezenet1_1``
-    also runs on 32x32 inputs, but its stride-2 stem and three pools leave a 1x1 map before Fire9.
+    also runs on 32x32 inputs, but its stride-2 stem and three pools leave 1x1 maps from Fire6 on.
 
     Args:
         num_classes: outputs of ``conv10``.
@@ -176,7 +177,7 @@ class SqueezeNetCifar(nn.Module):
         self.conv10 = nn.Conv2d(512, num_classes, 1)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
         # PyTorch's default init, as LPP-SGD's code: a fan-out He init of the 1x1 classifier conv
-        # (fan-out = num_classes) would start with logits of standard deviation ~7.
+        # (fan-out = num_classes) would start from logits ten times larger (std ~3 instead of ~0.3).
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         f2, f3, f4, f5, f6, f7, f8, f9 = self.fires
