@@ -75,7 +75,9 @@ class RunConfig:
 
 
 def _type_name(expected: object) -> str:
-    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+    if typing.get_origin(expected) is not None:  # list[int], str | None
+        return str(expected).replace("typing.", "").replace("NoneType", "None")
+    return getattr(expected, "__name__", str(expected))
 
 
 def coerce(key: str, raw: str, expected: object) -> object:

@@ -8,5 +8,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r envs/requirements-cpu.txt
-.venv/bin/python -m pip install --quiet --no-deps -e .
-echo "installed: $(.venv/bin/python -c 'import torch, torchvision; print("torch", torch.__version__)')"
+echo "installed into .venv: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"

@@ -1,0 +1,99 @@
+"""Step throughput of each algorithm against the same loop with no communication at all.
+
+    python -m benchmarks.throughput [--task mnist1d] [--algorithms ddp allreduce] [--world 2 4]
+
+For each world size W it starts W gloo processes on this machine (one virtual node of W processes)
+and times ``--steps`` training steps after ``--warmup`` untimed ones, for the bare loop
+(``optimizer.step()`` only, "none") and for each algorithm, in one process group so they share the
+conditions. It prints samples per second over all workers, the ratio to "none", and the implied
+share of a step spent communicating (1 - ratio). Repeat ``--repeats`` times and compare ratios
+within one invocation: on a shared 2-core machine absolute numbers move by ±20 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import algorithms
+from algorithms.topology import Topology
+from benchmarks import tasks
+
+
+def _time_steps(rank: int, world: int, task_name: str, name: str, steps: int, warmup: int) -> float:
+    """Seconds for ``steps`` steps of ``name`` ("none" = no communication), the slowest rank's."""
+    task = tasks.get(task_name)
+    train_set, _ = task.make_datasets(None)
+    batch = task.hparams["batch_size"]
+    torch.manual_seed(0)
+    model = task.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if name == "none":
+        train_model, step = model, optimizer.step
+    else:
+        algo = algorithms.build(name, Topology(rank, nodes=1, procs_per_node=world))
+        train_model, step = algo.prepare(model, optimizer), algo.step
+    x_all, y_all = train_set[:][0], train_set[:][1]
+    g = torch.Generator().manual_seed(rank)
+    for i in range(warmup + steps):
+        if i == warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        idx = torch.randint(0, len(y_all), (batch,), generator=g)
+        optimizer.zero_grad(set_to_none=True)
+        task.loss(train_model(x_all[idx]), y_all[idx]).backward()
+        step()
+    elapsed = torch.tensor([time.perf_counter() - start])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results) -> None:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    for repeat in range(args.repeats):
+        for name in ["none", *args.algorithms]:
+            seconds = _time_steps(rank, world, args.task, name, args.steps, args.warmup)
+            if rank == 0:
+                results.append((repeat, name, seconds))
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", default="mnist1d")
+    p.add_argument("--algorithms", nargs="+", default=["ddp", "allreduce"])
+    p.add_argument("--world", nargs="+", type=int, default=[2, 4])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    for name in args.algorithms:
+        algorithms.get(name)  # fail on a bad name before starting processes
+    batch = tasks.get(args.task).hparams["batch_size"]
+    print(f"task {args.task}, batch {batch} per worker, {args.steps} timed steps, median of {args.repeats}, "
+          f"{os.cpu_count()} cores")
+    print(f"{'world':>5} {'algorithm':<12} {'samples/s':>10} {'vs none':>8} {'comm share':>10}")
+    for world in args.world:
+        with mp.Manager() as manager, tempfile.TemporaryDirectory() as tmp:
+            results = manager.list()
+            mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), args, results), nprocs=world)
+            rows = list(results)
+        median = {n: statistics.median(s for _, m, s in rows if m == n) for n in ["none", *args.algorithms]}
+        ratios = {n: statistics.median(b / s for (r, m, s) in rows if m == n
+                                       for (r2, m2, b) in rows if m2 == "none" and r2 == r)
+                  for n in median}
+        for name, seconds in median.items():
+            rate = args.steps * batch * world / seconds
+            print(f"{world:>5} {name:<12} {rate:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Configuration resolution, schedules and the run directory's helpers, on hand-checkable values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from algorithms.topology import Topology
+from benchmarks import config, rundir
+from benchmarks.run import lr_lambda
+
+
+def test_set_reaches_task_algorithm_and_run_settings_with_types():
+    cfg = config.resolve("ddp", "digits", 2, 2, 3, Path("x"), [
+        "lr=0.2", "epochs=3", "milestones=[1,2]", "nesterov=true", "bucket_cap_mb=4", "wandb=false",
+        "data_root=/some/where", "suite=my-suite"])
+    assert cfg.hparams["lr"] == 0.2 and cfg.hparams["epochs"] == 3 and cfg.hparams["milestones"] == [1, 2]
+    assert cfg.hparams["nesterov"] is True
+    assert cfg.algorithm_params["bucket_cap_mb"] == 4.0 and isinstance(cfg.algorithm_params["bucket_cap_mb"], float)
+    assert cfg.settings["wandb"] is False and cfg.settings["data_root"] == "/some/where"
+    assert cfg.run_id == "digits__ddp__n2x2__s3" and cfg.world_size == 4
+
+
+@pytest.mark.parametrize("item, message", [
+    ("lr=fast", "``lr`` must be float"),
+    ("epochs=1.5", "``epochs`` must be int"),
+    ("nesterov=1", "``nesterov`` must be bool"),
+    ("milestones=[a]", "``milestones`` must be list[int]"),
+    ("schedule=linear", "must be constant, cosine or step"),
+    ("lr", "expected key=value"),
+    ("epoch=3", "did you mean 'epochs'?"),
+])
+def test_bad_overrides_name_the_fix(item, message):
+    with pytest.raises(config.ConfigError) as error:
+        config.resolve("ddp", "digits", 1, 2, 0, Path("x"), [item])
+    assert message in str(error.value)
+
+
+def test_yaml_value_round_trips_through_set():
+    for value in (0.1, 3, True, "cosine", [80, 120], None):
+        text = config.yaml_value(value)
+        assert config.coerce("k", text, type(value) if value is not None else str | None) == value
+
+
+def test_check_matrix_rejects_a_key_no_run_knows():
+    config.check_matrix(["ddp", "allreduce"], ["digits"], [1, 2], 2, ["bucket_cap_mb=10", "lr=0.1"])
+    with pytest.raises(config.ConfigError, match="unknown key"):
+        config.check_matrix(["ddp"], ["digits"], [1], 2, ["no_such_knob=1"])
+
+
+def test_lr_schedule_warmup_cosine_and_step():
+    h = dict(epochs=4, warmup_epochs=1, schedule="cosine", milestones=[], gamma=0.1)
+    f = lr_lambda(h, steps_per_epoch=10, world_size=4)
+    assert f(0) == pytest.approx(0.25)  # warm-up starts at lr / world_size
+    assert f(5) == pytest.approx(0.25 + 0.75 * 0.5)
+    assert f(10) == pytest.approx(1.0)  # end of warm-up: the peak
+    assert f(25) == pytest.approx(0.5)  # half-way through the cosine
+    assert f(40) == pytest.approx(0.0, abs=1e-12)
+    step = lr_lambda(dict(h, schedule="step", warmup_epochs=0, milestones=[2, 3]), 10, 4)
+    assert [step(s) for s in (0, 19, 20, 29, 30)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
+    assert lr_lambda(dict(h, schedule="constant", warmup_epochs=0), 10, 4)(33) == 1.0
+
+
+def test_topology_blocks_of_consecutive_ranks_are_nodes():
+    t = Topology(rank=5, nodes=2, procs_per_node=4)
+    assert (t.world_size, t.node, t.local_rank) == (8, 1, 1)
+    assert t.node_ranks(1) == [4, 5, 6, 7] and t.cross_node_ranks(1) == [1, 5]
+    with pytest.raises(ValueError, match="``rank``"):
+        Topology(rank=8, nodes=2, procs_per_node=4)
+
+
+def test_summary_is_written_atomically(tmp_path):
+    rundir.write_json_atomic(tmp_path / "summary.json", {"status": "completed", "x": math.pi})
+    assert json.loads((tmp_path / "summary.json").read_text())["x"] == math.pi
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left behind

@@ -1,0 +1,71 @@
+"""The Snakefile: the dry run lists every run, a bad matrix stops before any job, a tiny sweep reports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def _workdir(tmp_path: Path, matrix: dict) -> Path:
+    """A copy of the workflow's sources in ``tmp_path`` so the test's results stay out of the repo."""
+    for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+    return tmp_path
+
+
+def _snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "--configfile", "matrix.yaml", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_default_dry_run_lists_every_run():
+    result = subprocess.run([*SNAKEMAKE, "-n"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    matrix = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    expected = {f"results/runs/{matrix['suite']}/{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}/summary.json"
+                for t in matrix["tasks"] for a in matrix["algorithms"] for n in matrix["nodes"] for s in matrix["seeds"]}
+    listed = set(re.findall(r"results/runs/\S+/summary\.json", result.stdout))
+    assert expected <= listed
+    assert re.search(rf"^run\s+{len(expected)}$", result.stdout, re.M)
+
+
+def test_bad_matrix_stops_before_any_job(tmp_path):
+    matrix = {"suite": "t", "algorithms": ["ddp", "nope"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
+              "seeds": [0]}
+    result = _snakemake(_workdir(tmp_path, matrix), "-n")
+    assert result.returncode != 0 and "unknown algorithm 'nope'" in result.stdout + result.stderr
+    extra = dict(matrix, algorithms=["ddp"], colour="red")
+    result = _snakemake(_workdir(tmp_path / "b", extra), "-n")
+    assert result.returncode != 0 and "colour" in result.stdout + result.stderr
+
+
+def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
+    matrix = {"suite": "tiny", "algorithms": ["ddp", "allreduce"], "tasks": ["digits"], "nodes": [1],
+              "procs_per_node": 2, "seeds": [0], "set": {"epochs": 3, "wandb": False}}
+    work = _workdir(tmp_path, matrix)
+    # A run directory that crashed before: its rank died, the launcher recorded the failure.
+    failed = work / "results/runs/tiny/digits__allreduce__n1x2__s0"
+    failed.mkdir(parents=True)
+    (failed / "summary.json").write_text(json.dumps({
+        "status": "failed", "suite": "tiny", "run_id": failed.name, "algorithm": "allreduce", "task": "digits",
+        "nodes": 1, "procs_per_node": 2, "world_size": 2, "seed": 0, "time_to_target_s": None,
+        "error": "rank 1 ended with signal SIGKILL", "metric": "accuracy", "target": 0.95}))
+    result = _snakemake(work, "--cores", "2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ddp = json.loads((work / "results/runs/tiny/digits__ddp__n1x2__s0/summary.json").read_text())
+    assert ddp["status"] == "completed"
+    html = (work / "results/report.html").read_text()
+    assert "digits__allreduce__n1x2__s0" in html and "SIGKILL" in html
+    assert (work / "results/tables/time_to_target.md").exists()
+    assert (work / "results/figures/tiny__digits__n1x2__metric_vs_time.png").stat().st_size > 1000
