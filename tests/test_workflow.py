@@ -17,6 +17,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def _workdir(tmp_path: Path, matrix: dict) -> Path:
     """A copy of the workflow's sources in ``tmp_path`` so the test's results stay out of the repo."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
@@ -29,10 +30,10 @@ def _snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_default_dry_run_lists_every_run():
-    result = subprocess.run([*SNAKEMAKE, "-n"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+def test_default_dry_run_lists_every_run(tmp_path):
     matrix = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    result = _snakemake(_workdir(tmp_path, matrix), "-n")
+    assert result.returncode == 0, result.stderr
     expected = {f"results/runs/{matrix['suite']}/{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}/summary.json"
                 for t in matrix["tasks"] for a in matrix["algorithms"] for n in matrix["nodes"] for s in matrix["seeds"]}
     listed = set(re.findall(r"results/runs/\S+/summary\.json", result.stdout))
