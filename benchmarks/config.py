@@ -82,10 +82,7 @@ def _type_name(expected: object) -> str:
 
 def coerce(key: str, raw: str, expected: object) -> object:
     """Parse ``raw`` and check it against ``expected`` (int, float, bool, str, list[...], X | None)."""
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = _parse(raw)
     if not _matches(value, expected):
         if _matches(raw, expected):  # a string setting whose text YAML read as something else
             return raw
@@ -95,6 +92,19 @@ def coerce(key: str, raw: str, expected: object) -> object:
     if expected is float and isinstance(value, int):
         value = float(value)
     return value
+
+
+def _parse(raw: str) -> object:
+    """Numbers first (YAML 1.1 would read ``1e-3`` as a string), then YAML (booleans, lists, null)."""
+    for number in (int, float):
+        try:
+            return number(raw)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return raw
 
 
 def _matches(value: object, expected: object) -> bool:

@@ -15,9 +15,9 @@ from benchmarks.run import lr_lambda
 
 def test_set_reaches_task_algorithm_and_run_settings_with_types():
     cfg = config.resolve("ddp", "digits", 2, 2, 3, Path("x"), [
-        "lr=0.2", "epochs=3", "milestones=[1,2]", "nesterov=true", "bucket_cap_mb=4", "wandb=false",
+        "lr=2e-1", "epochs=3", "weight_decay=5e-4", "milestones=[1,2]", "nesterov=true", "bucket_cap_mb=4", "wandb=false",
         "data_root=/some/where", "suite=my-suite"])
-    assert cfg.hparams["lr"] == 0.2 and cfg.hparams["epochs"] == 3 and cfg.hparams["milestones"] == [1, 2]
+    assert cfg.hparams["lr"] == 0.2 and cfg.hparams["weight_decay"] == 5e-4 and cfg.hparams["epochs"] == 3 and cfg.hparams["milestones"] == [1, 2]
     assert cfg.hparams["nesterov"] is True
     assert cfg.algorithm_params["bucket_cap_mb"] == 4.0 and isinstance(cfg.algorithm_params["bucket_cap_mb"], float)
     assert cfg.settings["wandb"] is False and cfg.settings["data_root"] == "/some/where"
