@@ -13,7 +13,7 @@ import importlib
 import inspect
 import typing
 
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
 REGISTRY: dict[str, str] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, Plan
 from algorithms.comm import broadcast_, flat_average_
 from algorithms.topology import Topology
 
@@ -29,7 +29,7 @@ class AllReduce(Algorithm):
     Example::
 
         algo = AllReduce(topology)
-        model = algo.prepare(model, optimizer)
+        model = algo.prepare(model, optimizer, plan)
         for x, y in loader:
             optimizer.zero_grad()
             loss_fn(model(x), y).backward()
@@ -39,11 +39,11 @@ class AllReduce(Algorithm):
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)
 
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         # Start from rank 0's parameters, as DDP does, so that the seed alone decides the start.
         with torch.no_grad():
             broadcast_(list(model.parameters()), src=0)
-        return super().prepare(model, optimizer)
+        return super().prepare(model, optimizer, plan)
 
     def step(self) -> None:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]

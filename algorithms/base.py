@@ -1,6 +1,6 @@
 """The interface shared by the synchronous, step-based algorithms.
 
-The runner calls ``prepare(model, optimizer)`` once, then, after each ``loss.backward()``,
+The runner calls ``prepare(model, optimizer, plan)`` once, then, after each ``loss.backward()``,
 ``step()``, which communicates and applies the optimizer; ``end_epoch(train_loss)`` once per epoch
 for schedule logic; ``eval_model()`` for the model to evaluate; ``state_dict()`` to checkpoint. An
 algorithm owns only the update: data, model, loss, evaluation and the clock belong to the runner.
@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import abc
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from algorithms.topology import Topology
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an algorithm may know of the training schedule (phases, switch points, averaging periods).
+
+    Args:
+        steps_per_epoch: optimizer steps per epoch on each worker.
+        epochs: epochs of the run.
+        milestones: epochs at which the learning rate decays (empty for smooth schedules).
+    """
+
+    steps_per_epoch: int
+    epochs: int
+    milestones: tuple[int, ...] = ()
 
 
 class Algorithm(abc.ABC):
@@ -24,16 +40,19 @@ class Algorithm(abc.ABC):
         topology: this rank's position; the constructor's keyword-only arguments are the knobs.
     """
 
+    overlaps_comm = False  # True where communication hides inside backward and cannot be timed apart
+
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        self.plan: Plan | None = None
         self.comm_s = 0.0  # seconds spent in blocking communication, reported as ``comm_s``
         self.step_count = 0
 
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         """Take ownership of the model and optimizer; return the module the loop calls forward on."""
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer, self.plan = model, optimizer, plan
         return model
 
     @abc.abstractmethod

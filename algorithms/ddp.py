@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
 
@@ -27,12 +27,14 @@ class DDP(Algorithm):
     Example::
 
         algo = DDP(topology)
-        model = algo.prepare(model, optimizer)
+        model = algo.prepare(model, optimizer, plan)
         for x, y in loader:
             optimizer.zero_grad()
             loss_fn(model(x), y).backward()
             algo.step()
     """
+
+    overlaps_comm = True
 
     def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0) -> None:
         super().__init__(topology)
@@ -40,14 +42,14 @@ class DDP(Algorithm):
             raise ValueError(f"Arg ``bucket_cap_mb`` must be positive, got {bucket_cap_mb}.")
         self.bucket_cap_mb = bucket_cap_mb
 
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         device_ids = [next(model.parameters()).device.index] if torch.cuda.is_available() else None
         self.ddp = DistributedDataParallel(
             model,
             device_ids=device_ids,
             bucket_cap_mb=self.bucket_cap_mb,
         )
-        super().prepare(model, optimizer)
+        super().prepare(model, optimizer, plan)
         return self.ddp
 
     def step(self) -> None:

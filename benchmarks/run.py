@@ -129,7 +129,7 @@ def lr_lambda(h: dict[str, object], steps_per_epoch: int, world_size: int):
 
 
 def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
-    s, h = cfg.settings, cfg.hparams
+    s = cfg.settings
     topo = Topology(launch.rank, cfg.nodes, cfg.procs_per_node)
     master = topo.rank == 0
     out = cfg.out
@@ -186,12 +186,13 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
                                 nesterov=h["nesterov"], weight_decay=h["weight_decay"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(h, steps_per_epoch, world))
     algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
-    train_model = algo.prepare(model, optimizer)
+    plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else ())
+    train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
 
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
-    run = _Recorder(cfg, algo, master) if master else None
+    run = _Recorder(cfg, algo) if master else None
     if master:
         rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
         rundir.write_json_atomic(cfg.out / "env.json", rundir.environment(
@@ -230,7 +231,7 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
         comm = _global_mean(algo.comm_s)
         row = {"epoch": epoch + 1, "step": state["step"], "samples": state["step"] * h["batch_size"] * world,
                "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
-               "lr": optimizer.param_groups[0]["lr"], "comm_s": comm if cfg.algorithm != "ddp" else None,
+               "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
                **algo.metrics()}
         best = max(best, val_metric)
         if tta is None and val_metric >= task.target:
@@ -291,7 +292,7 @@ def _evaluate(task: tasks.Task, model: torch.nn.Module, loader: DataLoader, devi
 class _Recorder:
     """Rank 0's sinks for metrics: metrics.csv always, wandb unless ``--set wandb=false``."""
 
-    def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm, master: bool) -> None:
+    def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm) -> None:
         self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()))
         self.wandb = _init_wandb(cfg) if cfg.settings["wandb"] else None
 

@@ -39,7 +39,8 @@ def _time_steps(rank: int, world: int, task_name: str, name: str, steps: int, wa
         train_model, step = model, optimizer.step
     else:
         algo = algorithms.build(name, Topology(rank, nodes=1, procs_per_node=world))
-        train_model, step = algo.prepare(model, optimizer), algo.step
+        plan = algorithms.Plan(steps_per_epoch=warmup + steps, epochs=1)
+        train_model, step = algo.prepare(model, optimizer, plan), algo.step
     x_all, y_all = train_set[:][0], train_set[:][1]
     g = torch.Generator().manual_seed(rank)
     for i in range(warmup + steps):

@@ -19,7 +19,7 @@ def _train(rank: int, world: int, name: str, out: str) -> None:
     model = digits.make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     algo = algorithms.build(name, Topology(rank, nodes=2, procs_per_node=world // 2))
-    train_model = algo.prepare(model, optimizer)
+    train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=STEPS, epochs=1))
     data = torch.Generator().manual_seed(100 + rank)  # each rank sees its own batches
     for _ in range(STEPS):
         x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
