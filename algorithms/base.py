@@ -9,12 +9,14 @@ algorithm owns only the update: data, model, loss, evaluation and the clock belo
 from __future__ import annotations
 
 import abc
+import copy
 import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from algorithms.comm import flat_average_
 from algorithms.topology import Topology
 
 
@@ -49,6 +51,7 @@ class Algorithm(abc.ABC):
         self.plan: Plan | None = None
         self.comm_s = 0.0  # seconds spent in blocking communication, reported as ``comm_s``
         self.step_count = 0
+        self._eval_copy: nn.Module | None = None
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         """Take ownership of the model and optimizer; return the module the loop calls forward on."""
@@ -66,6 +69,26 @@ class Algorithm(abc.ABC):
         """The model whose validation metric is reported."""
         assert self.model is not None, "prepare() first"
         return self.model
+
+    def close(self) -> None:
+        """Stop background work (communication threads); called once when training ends."""
+
+    def averaged_model(self, group: "torch.distributed.ProcessGroup | None" = None) -> nn.Module:
+        """A copy of the model holding the average of every worker's parameters and float buffers.
+
+        For the algorithms whose workers hold different models between synchronisations (local SGD,
+        gossip): the consensus model is what they would deliver, so it is what is evaluated. The
+        copy is made once and refreshed at each call; the workers' own models are not touched.
+        """
+        if self._eval_copy is None:
+            self._eval_copy = copy.deepcopy(self.model)
+        source = [t for t in _state_tensors(self.model)]
+        target = _state_tensors(self._eval_copy)
+        with torch.no_grad():
+            for t, src in zip(target, source):
+                t.copy_(src)
+            flat_average_(target, group)
+        return self._eval_copy
 
     def metrics(self) -> dict[str, float]:
         """The algorithm's own ``metrics.csv`` columns (for example DASO's B and S)."""
@@ -88,3 +111,8 @@ class Algorithm(abc.ABC):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.comm_s += time.perf_counter() - start
+
+
+def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Parameters and floating-point buffers (batch-norm statistics; not integer counters)."""
+    return [p.data for p in model.parameters()] + [b for b in model.buffers() if b.is_floating_point()]

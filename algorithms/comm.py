@@ -1,9 +1,22 @@
-"""Collectives shared by the algorithms: flat (fused) averaging of a list of tensors."""
+"""Collectives shared by the algorithms: fused (flat) averaging, broadcast and copies in and out."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+
+def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One contiguous copy of ``tensors``: one message instead of one per tensor."""
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy the consecutive slices of ``flat`` back into ``tensors`` (the inverse of ``flatten``)."""
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
 
 
 def flat_average_(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = None) -> None:
@@ -14,22 +27,15 @@ def flat_average_(tensors: list[torch.Tensor], group: dist.ProcessGroup | None =
     """
     if not tensors:
         return
-    world = dist.get_world_size(group)
-    flat = torch.cat([t.reshape(-1) for t in tensors]).div_(world)
+    flat = flatten(tensors).div_(dist.get_world_size(group))
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
+    unflatten_into(flat, tensors)
 
 
 def broadcast_(tensors: list[torch.Tensor], src: int = 0, group: dist.ProcessGroup | None = None) -> None:
     """Copy rank ``src``'s values of ``tensors`` to every rank of ``group`` (one fused broadcast)."""
     if not tensors:
         return
-    flat = torch.cat([t.reshape(-1) for t in tensors])
+    flat = flatten(tensors)
     dist.broadcast(flat, src=src, group=group)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
+    unflatten_into(flat, tensors)

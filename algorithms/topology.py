@@ -50,3 +50,57 @@ class Topology:
     def cross_node_ranks(self, local_rank: int) -> list[int]:
         """The ranks with local index ``local_rank`` on every node (one per node)."""
         return [node * self.procs_per_node + local_rank for node in range(self.nodes)]
+
+
+def mixing_matrix(name: str, world_size: int) -> list[list[float]]:
+    """A symmetric, doubly stochastic mixing matrix W (rows sum to 1) for D-PSGD-style gossip.
+
+    ``ring``: each worker averages itself with its two ring neighbours, weight 1/3 each (Lian et al.
+    2017; WAGMA's D-PSGD baseline). With 2 workers the two neighbours coincide (weights 1/3, 2/3).
+    ``complete``: every worker takes the plain average, which makes D-PSGD per-step model averaging.
+    """
+    p = world_size
+    if name == "ring":
+        w = [[0.0] * p for _ in range(p)]
+        for i in range(p):
+            for j in (i - 1, i, i + 1):
+                w[i][j % p] += 1.0 / 3.0
+        return w
+    if name == "complete":
+        return [[1.0 / p] * p for _ in range(p)]
+    raise ValueError(f"Arg ``mixing`` must be 'ring' or 'complete', got {name!r}.")
+
+
+def exponential_peers(rank: int, world_size: int, step: int, num_peers: int) -> tuple[list[int], list[int]]:
+    """Out- and in-peers at ``step`` on the time-varying directed exponential graph (SGP).
+
+    The offsets are powers of two, 2^0 .. 2^(R-1) with R = ceil(log2 P); at step t a worker sends to
+    ``rank + 2^((t + j) mod R)`` for j < ``num_peers`` and receives from ``rank - 2^(...)``, so one
+    peer rotates through every offset and information crosses the whole graph in R steps
+    (Assran et al. 2019, section 5; the reference code's ``NPeerDynamicDirectedExponentialGraph``).
+    """
+    offsets = exponential_offsets(world_size)
+    chosen = [offsets[(step + j) % len(offsets)] for j in range(min(num_peers, len(offsets)))]
+    return ([(rank + o) % world_size for o in chosen], [(rank - o) % world_size for o in chosen])
+
+
+def exponential_offsets(world_size: int) -> list[int]:
+    """Distinct offsets 1, 2, 4, ... below ``world_size`` (empty for a single worker)."""
+    offsets, o = [], 1
+    while o < world_size:
+        offsets.append(o)
+        o *= 2
+    return offsets
+
+
+def bipartite_neighbours(rank: int, world_size: int) -> list[int]:
+    """AD-PSGD's neighbours on a bipartite graph: even ranks are active, odd ranks passive.
+
+    Only active workers start an exchange, and only with passive ones, so two workers never wait on
+    each other (no deadlock). The neighbours sit at odd offsets 1 and 2^r + 1 in both directions,
+    as in the AD-PSGD reference code, so each exchange crosses the two halves.
+    """
+    if world_size % 2:
+        raise ValueError(f"AD-PSGD's bipartite graph needs an even number of workers, got {world_size}.")
+    odd = {1} | {2**r + 1 for r in range(1, max(1, (world_size - 1).bit_length())) if 2**r + 1 < world_size}
+    return sorted({(rank + s * o) % world_size for o in odd for s in (1, -1)} - {rank})

@@ -246,6 +246,7 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
         if tta is not None and s["stop_at_target"]:
             break
     bar.close()
+    algo.close()
     if master:
         run.close()
     wall = row.get("wall_s", _global_max(time.perf_counter() - t0))

@@ -1,0 +1,145 @@
+"""AD-PSGD: asynchronous decentralised SGD, pairwise model averaging in a communication thread."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from algorithms.base import Algorithm, Plan
+from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.topology import Topology, bipartite_neighbours
+
+_EXCHANGE, _DONE = 1.0, 0.0  # first element of every message
+
+
+def pairwise_delta(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """What a worker adds to its model so that it becomes the pair's average: (theirs - mine) / 2.
+
+    Both partners add their own delta, computed from the same two snapshots, so the sum of the two
+    models is unchanged by the exchange.
+    """
+    return (theirs - mine) / 2
+
+
+class ADPSGD(Algorithm):
+    """AD-PSGD: each step computes locally while a thread averages the model with a random neighbour.
+
+    Paper: Lian, Zhang, Zhang, Liu, "Asynchronous Decentralized Parallel Stochastic Gradient
+    Descent", ICML 2018, https://arxiv.org/abs/1710.06952.
+
+    Why: no worker ever waits for the slowest one; a straggler only slows its own exchanges. The
+    workers form a bipartite graph (``algorithms.topology.bipartite_neighbours``): even ranks are
+    active and start every exchange with a random odd neighbour, odd ranks are passive and serve
+    whoever comes first (``recv`` from any source), so two workers never wait on each other.
+
+    Mechanics, as the reference code: after each local step the main thread publishes a snapshot of
+    its model and adds to it the averaging deltas the thread has collected meanwhile (the thread
+    never writes the parameters, which autograd may be using); the thread exchanges the snapshot
+    with a partner and collects ``(theirs - mine) / 2``. Active workers start one exchange per
+    local step, in the background of the next one, over a process group of their own. Momentum
+    stays local; the evaluated model is the average of all workers.
+
+    Args:
+        seed: seed of the neighbour choice (default 0; each rank draws its own stream).
+
+    Example::
+
+        algo = ADPSGD(topology)
+        model = algo.prepare(model, optimizer, plan)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            algo.step()
+        algo.close()  # stops the communication thread
+    """
+
+    def __init__(self, topology: Topology, *, seed: int = 0) -> None:
+        super().__init__(topology)
+        self.neighbours = bipartite_neighbours(topology.rank, topology.world_size)
+        self.active = topology.rank % 2 == 0
+        # A passive worker serves until every active neighbour has said it is done.
+        self.expected_done = sum(topology.rank in bipartite_neighbours(r, topology.world_size)
+                                 for r in range(0, topology.world_size, 2))
+        self.rng = random.Random(seed * 100_003 + topology.rank)
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = False
+        self.exchanges = 0
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
+        with torch.no_grad():
+            broadcast_(list(model.parameters()), src=0)
+        super().prepare(model, optimizer, plan)
+        self.params = [p.data for p in model.parameters()]
+        self.published = flatten(self.params)
+        self.pending = torch.zeros_like(self.published)
+        self.group = dist.new_group(backend="gloo")  # the thread's own channel, beside the main one
+        self.thread = threading.Thread(target=self._active if self.active else self._passive,
+                                       name="adpsgd-gossip", daemon=True)
+        self.thread.start()
+        return model
+
+    def step(self) -> None:
+        with self.lock:
+            flat = flatten(self.params) + self.pending
+            self.pending.zero_()
+            unflatten_into(flat, self.params)
+        self.optimizer.step()
+        with self.lock:
+            self.published = flatten(self.params)
+        self.step_count += 1
+        self.wake.set()
+
+    def _collect(self, snapshot: torch.Tensor, theirs: torch.Tensor) -> None:
+        with self.lock:
+            self.pending += pairwise_delta(snapshot, theirs)
+            self.exchanges += 1
+
+    def _active(self) -> None:
+        buffer = torch.empty(self.published.numel() + 1)
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            if self.stopping:
+                break
+            partner = self.rng.choice(self.neighbours)
+            with self.lock:
+                snapshot = self.published
+            dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=partner, group=self.group)
+            dist.recv(buffer, src=partner, group=self.group)
+            self._collect(snapshot, buffer[1:])
+        done = torch.zeros(self.published.numel() + 1)  # first element _DONE
+        for partner in self.neighbours:
+            dist.send(done, dst=partner, group=self.group)
+
+    def _passive(self) -> None:
+        buffer = torch.empty(self.published.numel() + 1)
+        done = 0
+        while done < self.expected_done:
+            source = dist.recv(buffer, group=self.group)  # whichever active neighbour comes first
+            if buffer[0].item() == _DONE:
+                done += 1
+                continue
+            with self.lock:
+                snapshot = self.published
+            dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=source, group=self.group)
+            self._collect(snapshot, buffer[1:])
+
+    def close(self) -> None:
+        """Let the active threads finish their exchange and tell their neighbours; wait for all."""
+        self.stopping = True
+        self.wake.set()
+        self.thread.join()
+        with self.lock:
+            unflatten_into(flatten(self.params) + self.pending, self.params)
+            self.pending.zero_()
+
+    def eval_model(self) -> nn.Module:
+        return self.averaged_model()
+
+    def metrics(self) -> dict[str, float]:
+        return {"exchanges": float(self.exchanges)}

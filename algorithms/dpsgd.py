@@ -1,0 +1,83 @@
+"""D-PSGD: synchronous decentralised SGD, each worker averaging with its graph neighbours every step."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from algorithms.base import Algorithm, Plan
+from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.topology import Topology, mixing_matrix
+
+
+def mix(own: torch.Tensor, neighbours: dict[int, torch.Tensor], weights: dict[int, float], self_weight: float) -> torch.Tensor:
+    """One gossip round: ``self_weight * own + sum_j weights[j] * neighbours[j]`` (a row of W times X)."""
+    out = own * self_weight
+    for j, x in neighbours.items():
+        out.add_(x, alpha=weights[j])
+    return out
+
+
+class DPSGD(Algorithm):
+    """D-PSGD: every step, average the model with the neighbours' (weights of W), then step locally.
+
+    Paper: Lian, Zhang, Zhang, Hsieh, Zhang, Liu, "Can Decentralized Algorithms Outperform
+    Centralized Algorithms?", NeurIPS 2017, https://arxiv.org/abs/1705.09056.
+
+    The update is x_i <- sum_j W_ij x_j - lr * g_i, with the gradient g_i computed at the
+    pre-mixing x_i and applied by the local (momentum) optimizer after the mixing, as WAGMA-SGD's
+    D-PSGD baseline does (spec wagma.md, section 3). Each worker exchanges its whole model with its
+    neighbours only, so the traffic per worker does not grow with the number of workers; the price
+    is consensus that spreads only one hop per step. Because W is doubly stochastic, the mixing
+    keeps the mean of the models. Momentum buffers stay local. The evaluated model is the average.
+
+    Args:
+        mixing: the mixing matrix W from ``algorithms.topology.mixing_matrix``: ``ring`` (default,
+            neighbours i-1 and i+1, weight 1/3 each) or ``complete`` (plain average).
+
+    Example::
+
+        algo = DPSGD(topology, mixing="ring")
+        model = algo.prepare(model, optimizer, plan)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            algo.step()
+    """
+
+    def __init__(self, topology: Topology, *, mixing: str = "ring") -> None:
+        super().__init__(topology)
+        row = mixing_matrix(mixing, topology.world_size)[topology.rank]
+        self.mixing = mixing
+        self.self_weight = row[topology.rank]
+        self.weights = {j: w for j, w in enumerate(row) if w > 0 and j != topology.rank}
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
+        with torch.no_grad():
+            broadcast_(list(model.parameters()), src=0)
+        return super().prepare(model, optimizer, plan)
+
+    def step(self) -> None:
+        params = [p.data for p in self.model.parameters()]
+        start = self._timed_start()
+        mixed = mix(*self.exchange(params), self.weights, self.self_weight)
+        self._timed_stop(start)
+        unflatten_into(mixed, params)
+        self.optimizer.step()
+        self.step_count += 1
+
+    def exchange(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Send the flat model to every neighbour and receive theirs (W is symmetric)."""
+        own = flatten(tensors)
+        received = {j: torch.empty_like(own) for j in self.weights}
+        ops = [dist.P2POp(dist.isend, own, j) for j in self.weights]
+        ops += [dist.P2POp(dist.irecv, received[j], j) for j in self.weights]
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        return own, received
+
+    def eval_model(self) -> nn.Module:
+        return self.averaged_model()
+

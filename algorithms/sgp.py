@@ -1,0 +1,138 @@
+"""Stochastic Gradient Push: push-sum gossip on a time-varying directed exponential graph."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from algorithms.base import Algorithm, Plan
+from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.topology import Topology, exponential_offsets, exponential_peers
+
+
+def push_sum_share(x: torch.Tensor, w: float, num_peers: int) -> tuple[torch.Tensor, float]:
+    """The part of (x, w) a worker keeps, equal to the part it sends to each of its k peers: 1/(k+1)."""
+    return x / (num_peers + 1), w / (num_peers + 1)
+
+
+def debias(x: torch.Tensor, w: float) -> torch.Tensor:
+    """The de-biased model z = x / w that gradients are computed at and that converges to the mean."""
+    return x / w
+
+
+class SGP(Algorithm):
+    """SGP: push-sum averaging with k rotating peers on a directed exponential graph, every step.
+
+    Paper: Assran, Loizou, Ballas, Rabbat, "Stochastic Gradient Push for Distributed Deep Learning",
+    ICML 2019, https://arxiv.org/abs/1811.10792.
+
+    Each worker holds a push-sum numerator x and weight w; its model parameters hold the de-biased
+    z = x / w, at which gradients are computed and to which the local (momentum) optimizer applies
+    the update, as the reference ``GossipDataParallel`` does. After the step the worker keeps
+    1/(k+1) of (w*z, w) and pushes 1/(k+1) to each of its k out-peers, which rotate through the
+    offsets 2^r every step; the sum of w over workers stays P and the de-biased average sum(x)/sum(w)
+    is the true average. With ``overlap`` = tau > 0 the messages are sent without blocking and
+    consumed tau steps later (overlap SGP); all messages in flight are consumed at each epoch end.
+    The evaluated model is sum(x)/sum(w) over all workers.
+
+    Args:
+        num_peers: k, out-peers per step (default 1, SGP's default; WAGMA used 2 on ResNet-50 and 4
+            on RL).
+        overlap: tau, steps between sending a message and consuming it (default 0: blocking).
+
+    Example::
+
+        algo = SGP(topology, num_peers=1)
+        model = algo.prepare(model, optimizer, plan)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            algo.step()
+    """
+
+    def __init__(self, topology: Topology, *, num_peers: int = 1, overlap: int = 0) -> None:
+        super().__init__(topology)
+        if not isinstance(num_peers, int) or num_peers < 1:
+            raise ValueError(f"Arg ``num_peers`` must be a positive integer, got {num_peers}.")
+        if not isinstance(overlap, int) or overlap < 0:
+            raise ValueError(f"Arg ``overlap`` must be a non-negative integer, got {overlap}.")
+        distinct = len(exponential_offsets(topology.world_size))
+        if topology.world_size > 1 and num_peers > distinct:
+            raise ValueError(f"Arg ``num_peers`` must be at most {distinct} for {topology.world_size} workers "
+                             f"(the distinct offsets 1, 2, 4, ...), got {num_peers}.")
+        self.num_peers = num_peers
+        self.overlap = overlap
+        self.weight = 1.0  # push-sum weight w
+        self.in_flight: deque[tuple[int, list, list[torch.Tensor]]] = deque()
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
+        with torch.no_grad():
+            broadcast_(list(model.parameters()), src=0)
+        return super().prepare(model, optimizer, plan)
+
+    def step(self) -> None:
+        self.optimizer.step()
+        params = [p.data for p in self.model.parameters()]
+        if self.topology.world_size > 1:
+            start = self._timed_start()
+            self._gossip(params)
+            self._timed_stop(start)
+        self.step_count += 1
+
+    def _gossip(self, params: list[torch.Tensor]) -> None:
+        x = flatten(params) * self.weight  # back from z to the numerator x = w z
+        kept, kept_w = push_sum_share(x, self.weight, self.num_peers)
+        message = torch.cat([kept, torch.tensor([kept_w], dtype=kept.dtype)])
+        out_peers, in_peers = exponential_peers(self.topology.rank, self.topology.world_size,
+                                                self.step_count, self.num_peers)
+        buffers = [torch.empty_like(message) for _ in in_peers]
+        ops = [dist.P2POp(dist.isend, message, j) for j in out_peers]
+        ops += [dist.P2POp(dist.irecv, buf, j) for j, buf in zip(in_peers, buffers)]
+        self.in_flight.append((self.step_count, dist.batch_isend_irecv(ops), buffers))
+        state = message.clone()
+        while self.in_flight and self.in_flight[0][0] <= self.step_count - self.overlap:
+            state += self._consume()
+        self._set(state, params)
+
+    def _consume(self) -> torch.Tensor:
+        """Wait for the oldest messages in flight and return their sum (numerator and weight)."""
+        _, works, buffers = self.in_flight.popleft()
+        for work in works:
+            work.wait()
+        return torch.stack(buffers).sum(0)
+
+    def _set(self, state: torch.Tensor, params: list[torch.Tensor]) -> None:
+        self.weight = state[-1].item()
+        unflatten_into(debias(state[:-1], self.weight), params)
+
+    def end_epoch(self, train_loss: float) -> None:
+        if not self.in_flight:
+            return
+        params = [p.data for p in self.model.parameters()]
+        state = torch.cat([flatten(params) * self.weight, torch.tensor([self.weight])])
+        while self.in_flight:
+            state += self._consume()
+        self._set(state, params)
+
+    def eval_model(self) -> nn.Module:
+        """The network average sum_i x_i / sum_i w_i (messages in flight are not counted)."""
+        model = self.averaged_model()  # buffers (batch-norm statistics) averaged as for the others
+        params = [p.data for p in self.model.parameters()]
+        total = torch.cat([flatten(params) * self.weight, torch.tensor([self.weight])])
+        dist.all_reduce(total)
+        with torch.no_grad():
+            unflatten_into(debias(total[:-1], total[-1].item()), [p.data for p in model.parameters()])
+        return model
+
+    def metrics(self) -> dict[str, float]:
+        return {"ps_weight": self.weight}
+
+    def state_dict(self) -> dict[str, object]:
+        return {**super().state_dict(), "weight": self.weight}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        super().load_state_dict(state)
+        self.weight = float(state["weight"])

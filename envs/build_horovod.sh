@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds Horovod 0.28.1 (PyTorch + Gloo + MPI) into a cached wheel and installs it into ./.venv.
+#
+# Horovod's last release ships only an sdist, and its CMake forces -std=c++14 while torch 2.13's
+# headers need C++17; CXXFLAGS cannot fix that (CMake's flag comes last). A compiler wrapper that
+# appends -std=c++17 after everything else does (gcc honours the last -std), with no patch to
+# Horovod. See /work/shared/ENVIRONMENT.md, "Horovod 0.28.1".
+#
+# The wheel is tied to the torch, Python and MPI it was built against, so the cache key holds all
+# three: $DPB_WHEEL_CACHE (default ~/.cache/dp-bench/wheels)/horovod-0.28.1-<key>/.
+# Idempotent: if horovod.torch imports, nothing happens; with the wheel cached, a call takes seconds.
+# A failed build prints one line and exits 0, so envs/install.sh carries on: the horovod baseline
+# is then unavailable and everything else works.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VERSION=0.28.1
+PY=.venv/bin/python
+BIN=$(cd .venv/bin && pwd)
+export PATH="$BIN:$PATH"  # mpicxx/mpirun of PyPI's mpich, cmake if pip-installed
+
+if [ ! -x "$PY" ]; then
+  echo "horovod: no .venv here; run envs/install.sh first" >&2
+  exit 0
+fi
+if "$PY" -c "import horovod.torch" >/dev/null 2>&1; then
+  echo "horovod: $("$PY" -c 'import horovod; print(horovod.__version__)') already installed"
+  exit 0
+fi
+
+CACHE=${DPB_WHEEL_CACHE:-$HOME/.cache/dp-bench/wheels}
+mkdir -p "$CACHE"
+KEY=$("$PY" - <<'EOF'
+import hashlib, shutil, subprocess, sys
+import torch
+# The MPI is identified by the compile line its wrapper prints (paths and library), hashed.
+mpicxx = shutil.which("mpicxx")
+show = subprocess.run([mpicxx, "-show"], capture_output=True, text=True).stdout if mpicxx else "no-mpi"
+print(f"torch{torch.__version__}-cp{sys.version_info.major}{sys.version_info.minor}"
+      f"-mpi{hashlib.sha256(show.encode()).hexdigest()[:8]}")
+EOF
+)
+WHEELS="$CACHE/horovod-$VERSION-$KEY"
+LOG="$CACHE/horovod-$VERSION-$KEY.log"
+
+install_wheel() {
+  "$PY" -m pip install --quiet --no-deps --force-reinstall "$1" >>"$LOG" 2>&1 \
+    && "$PY" -c "import horovod.torch" >>"$LOG" 2>&1
+}
+
+# Horovod's runtime dependencies double as its build dependencies (--no-build-isolation).
+if ! "$PY" -m pip install --quiet cloudpickle psutil pyyaml packaging cffi wheel >"$LOG" 2>&1; then
+  echo "horovod: build failed (see $LOG); the horovod baseline is unavailable, everything else works"
+  exit 0
+fi
+
+wheel=$(ls "$WHEELS"/horovod-$VERSION-*.whl 2>/dev/null | head -n 1)
+if [ -n "$wheel" ] && install_wheel "$wheel"; then
+  echo "horovod: $VERSION installed from the cached wheel $wheel"
+  exit 0
+fi
+
+build() {
+  command -v mpicxx >/dev/null || { echo "no mpicxx on PATH (pip install mpich)"; return 1; }
+  # Horovod needs CMake >= 3.13; CMake 4 drops the old policies its third-party code asks for.
+  if ! cmake --version 2>/dev/null | grep -Eq 'version 3\.(1[3-9]|[2-9][0-9])'; then
+    "$PY" -m pip install --quiet "cmake>=3.13,<4" || return 1
+  fi
+  printf '#!/bin/sh\nexec %s "$@" -std=c++17\n' "${HOROVOD_BASE_CXX:-g++}" >"$tmp/cxx17"
+  chmod +x "$tmp/cxx17"
+  echo "building horovod $VERSION with CXX=$tmp/cxx17 ($("${HOROVOD_BASE_CXX:-g++}" --version | head -n 1))"
+  CXX="$tmp/cxx17" MAKEFLAGS="-j$(nproc)" \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+    "$PY" -m pip wheel --no-deps --no-build-isolation --no-cache-dir "horovod==$VERSION" -w "$tmp/out" \
+    || return 1
+  mkdir -p "$WHEELS"
+  mv "$tmp"/out/horovod-$VERSION-*.whl "$WHEELS"/
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "horovod: building $VERSION against $KEY (about 3 minutes on 2 cores; log: $LOG)"
+start=$SECONDS
+if build >>"$LOG" 2>&1; then
+  wheel=$(ls "$WHEELS"/horovod-$VERSION-*.whl | head -n 1)
+  if install_wheel "$wheel"; then
+    echo "horovod: $VERSION built in $((SECONDS - start)) s and installed (wheel cached in $WHEELS)"
+    exit 0
+  fi
+fi
+echo "horovod: build failed (see $LOG); the horovod baseline is unavailable, everything else works"
+exit 0
