@@ -38,8 +38,9 @@ class ADPSGD(Algorithm):
 
     Mechanics, as the reference code: after each local step the main thread publishes a snapshot of
     its model and adds to it the averaging deltas the thread has collected meanwhile (the thread
-    never writes the parameters, which autograd may be using); the thread exchanges the snapshot
-    with a partner and collects ``(theirs - mine) / 2``. Active workers start one exchange per
+    never writes the parameters, which autograd may be using); the thread exchanges the published
+    model plus the deltas not yet applied (so two exchanges between steps do not count the same
+    difference twice) and collects ``(theirs - mine) / 2``. Active workers start one exchange per
     local step, in the background of the next one, over a process group of their own. Momentum
     stays local; the evaluated model is the average of all workers.
 
@@ -94,6 +95,11 @@ class ADPSGD(Algorithm):
         self.step_count += 1
         self.wake.set()
 
+    def _current(self) -> torch.Tensor:
+        """This worker's model as of now: the last published one plus the deltas not yet applied."""
+        with self.lock:
+            return self.published + self.pending
+
     def _collect(self, snapshot: torch.Tensor, theirs: torch.Tensor) -> None:
         with self.lock:
             self.pending += pairwise_delta(snapshot, theirs)
@@ -107,8 +113,7 @@ class ADPSGD(Algorithm):
             if self.stopping:
                 break
             partner = self.rng.choice(self.neighbours)
-            with self.lock:
-                snapshot = self.published
+            snapshot = self._current()
             dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=partner, group=self.group)
             dist.recv(buffer, src=partner, group=self.group)
             self._collect(snapshot, buffer[1:])
@@ -124,8 +129,7 @@ class ADPSGD(Algorithm):
             if buffer[0].item() == _DONE:
                 done += 1
                 continue
-            with self.lock:
-                snapshot = self.published
+            snapshot = self._current()
             dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=source, group=self.group)
             self._collect(snapshot, buffer[1:])
 

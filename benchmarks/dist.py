@@ -1,8 +1,8 @@
-"""The distributed bootstrap: join a job started by srun, torchrun or mpirun, or start one locally.
+"""The distributed bootstrap: join a job started by srun, torchrun, mpirun or horovodrun, or start one.
 
-``detect()`` reads the launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, Open MPI's
-``OMPI_COMM_WORLD_*``, MPICH/PMI's ``PMI_*``, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an srun
-step) and says where the rendezvous is. Started plainly, ``spawn_local()`` is the launcher: it starts
+``detect()`` reads the launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, ``horovodrun
+--gloo``'s ``HOROVOD_RANK``/``HOROVOD_SIZE``, Open MPI's ``OMPI_COMM_WORLD_*``, MPICH/PMI's ``PMI_*``,
+Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an srun step) and says where the rendezvous is. Started plainly, ``spawn_local()`` is the launcher: it starts
 the N×G processes of a virtual cluster with torchrun's variables, watches them, and takes the whole
 job down as soon as one rank fails, so no process is left behind. Every rank then calls
 ``init_process_group()``: NCCL when CUDA is there, else gloo, with a timeout after which a
@@ -20,6 +20,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +36,7 @@ class Launch:
 
     rank: int
     world_size: int
-    launcher: str  # local | torchrun | srun | mpirun
+    launcher: str  # local | torchrun | srun | mpirun | horovodrun
     master_addr: str
     master_port: int
     slurm_job_id: str | None = None
@@ -47,6 +49,10 @@ def detect() -> Launch | None:
     if "RANK" in env and "WORLD_SIZE" in env:  # torchrun, or this module's own local launcher
         return Launch(int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("DPB_LAUNCHER", "torchrun"),
                       env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), job)
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:  # horovodrun --gloo (its MPI mode is mpirun)
+        rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+        addr, port = _horovodrun_rendezvous(rank)
+        return Launch(rank, size, "horovodrun", addr, port, job)
     # MPI before Slurm: under mpirun inside an allocation the SLURM_* variables describe mpirun's
     # own daemons, not the ranks.
     for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
@@ -83,6 +89,37 @@ def _mpi_rendezvous(rank: int) -> tuple[str, int]:
     return MPI.COMM_WORLD.bcast(addr_port, root=0)
 
 
+def _horovodrun_rendezvous(rank: int, timeout_s: float = 120.0) -> tuple[str, int]:
+    """Rank 0 picks a free port and posts it in horovodrun's key-value store; the others read it.
+
+    ``horovodrun --gloo`` starts an HTTP rendezvous server and tells every rank its address; its
+    ad-hoc scopes are free for other keys, so ``torch.distributed`` needs no variables of its own.
+    """
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    url = (f"http://{os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
+           f"/dpbench_{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}/master")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
+    if rank == 0:
+        # The name horovodrun reached this host by (-H), so every rank can resolve it.
+        value = f"{os.environ.get('HOROVOD_HOSTNAME', socket.gethostname())}:{free_port()}".encode()
+        request = urllib.request.Request(url, data=value, method="PUT")
+        opener.open(request, timeout=30).close()
+    else:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with opener.open(url, timeout=30) as response:
+                    value = response.read()
+                break
+            except urllib.error.HTTPError as error:  # 404 until rank 0 has posted
+                if error.code != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    addr, port = value.decode().rsplit(":", 1)
+    return addr, int(port)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
@@ -92,6 +129,9 @@ def free_port() -> int:
 def init_process_group(launch: Launch, timeout_s: float, device: str) -> str:
     """Initialise ``torch.distributed``; returns the backend name."""
     backend = "nccl" if device == "cuda" else "gloo"
+    # Exported as torchrun does, for libraries with a rendezvous of their own (Horovod under srun).
+    os.environ.setdefault("MASTER_ADDR", launch.master_addr)
+    os.environ.setdefault("MASTER_PORT", str(launch.master_port))
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://{launch.master_addr}:{launch.master_port}",

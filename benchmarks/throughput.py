@@ -70,7 +70,7 @@ def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="mnist1d")
-    p.add_argument("--algorithms", nargs="+", default=["ddp", "allreduce"])
+    p.add_argument("--algorithms", nargs="+", default=[n for n in algorithms.names()])
     p.add_argument("--world", nargs="+", type=int, default=[2, 4])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)

@@ -9,23 +9,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.tasks import Task
+from benchmarks.tasks.cache import cached_arrays
 
 VAL_FRACTION = 0.2
 SPLIT_SEED = 0  # the split is fixed across runs so every run is scored on the same images
 
 
-def make_datasets(data_root: Path | None = None) -> tuple[TensorDataset, TensorDataset]:
+def _build() -> dict[str, np.ndarray]:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # pixel range 0..16
+    return {"images": digits.images, "target": digits.target}
+
+
+def make_datasets(data_root: Path | None = None) -> tuple[TensorDataset, TensorDataset]:
+    a = cached_arrays("digits-v1", _build)
+    x = torch.tensor(a["images"], dtype=torch.float32).unsqueeze(1) / 16.0  # pixel range 0..16
     x = (x - 0.5) / 0.5
-    y = torch.tensor(digits.target, dtype=torch.long)
+    y = torch.tensor(a["target"], dtype=torch.long)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     n_val = int(len(y) * VAL_FRACTION)
     val, train = order[:n_val], order[n_val:]

@@ -4,12 +4,11 @@ The ``mnist1d`` package generates the benchmark offline from its ten 1-D digit t
 / 1,000 test signals of length 40), so no download happens at run time. It separates models and
 optimisers far better than MNIST while a step still takes milliseconds; the model here is a
 1-D CNN with about 0.2 M parameters so that a step's communication is a visible share of its time.
-Generation takes a few seconds, so the arrays are cached (atomically) under ``cache_dir()``.
+Generation takes a few seconds, so the arrays are cached (``benchmarks.tasks.cache``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,31 +17,18 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from benchmarks.tasks import Task
+from benchmarks.tasks.cache import cached_arrays
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "dp-bench"
-
-
-def _arrays() -> dict[str, np.ndarray]:
-    path = cache_dir() / "mnist1d-default-v1.npz"
-    if path.exists():
-        with np.load(path) as cached:
-            return dict(cached)
+def _build() -> dict[str, np.ndarray]:
     import mnist1d.data
 
     data = mnist1d.data.make_dataset(mnist1d.data.get_dataset_args())  # the paper's default args
-    arrays = {k: np.asarray(data[k]) for k in ("x", "y", "x_test", "y_test")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)  # several ranks may race here: each writes its own file, one wins
-    return arrays
+    return {k: np.asarray(data[k]) for k in ("x", "y", "x_test", "y_test")}
 
 
 def make_datasets(data_root: Path | None = None) -> tuple[TensorDataset, TensorDataset]:
-    a = _arrays()
+    a = cached_arrays("mnist1d-default-v1", _build)
     x, x_test = (torch.tensor(a[k], dtype=torch.float32).unsqueeze(1) for k in ("x", "x_test"))
     mean, std = x.mean(), x.std()  # statistics of the training split only
     train = TensorDataset((x - mean) / std, torch.tensor(a["y"], dtype=torch.long))

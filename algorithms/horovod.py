@@ -1,0 +1,170 @@
+"""Horovod's ``DistributedOptimizer``: the data-parallel baseline of the DASO papers, run as is.
+
+Horovod needs its own rendezvous. Under ``horovodrun`` or ``mpirun`` it has one (the launcher's
+variables, or MPI). Under the suite's local launcher, srun or torchrun, ``prepare`` does what
+``horovodrun --gloo`` does before it starts the ranks: rank 0 runs Horovod's HTTP rendezvous server
+and every rank gets Horovod's variables, exchanged over the suite's own process group. The virtual
+nodes become Horovod's hosts, so its local and cross communicators match the suite's topology.
+Spec: /work/shared/specs/daso.md (§7 baselines: "fp16 compression", ``op=hvd.Average``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from algorithms.base import Algorithm, Plan
+from algorithms.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+BUILD_HINT = "build it with envs/build_horovod.sh (Horovod 0.28.1 against this torch, into .venv)"
+
+
+class Horovod(Algorithm):
+    """Horovod: gradient all-reduce with tensor fusion, started from backward hooks.
+
+    Paper: Sergeev and Del Balso, "Horovod: fast and easy distributed deep learning in TensorFlow",
+    arXiv 2018, https://arxiv.org/abs/1802.05799.
+
+    The optimizer is wrapped in ``hvd.DistributedOptimizer``: each gradient's all-reduce starts as
+    soon as backward has produced it, Horovod's background thread fuses ready tensors into large
+    messages, and ``step()`` waits for the results before the local update. This is the baseline
+    DASO is measured against (Coquelin et al. 2022; spec /work/shared/specs/daso.md §7), where
+    Horovod ran with ``compression=hvd.Compression.fp16`` and ``op=hvd.Average``. With
+    ``fp16_compression=False`` the update is DDP's: parameters agree after every step (to
+    floating-point reordering). Communication hides inside backward, so ``comm_s`` stays 0.
+    Buffers (batch-norm statistics) are broadcast once at the start and then stay local.
+
+    Args:
+        fp16_compression: cast gradients to float16 for the all-reduce and back afterwards, as in
+            the DASO papers' Horovod runs (default ``False``: fp32, comparable with DDP).
+
+    Example::
+
+        algo = Horovod(topology, fp16_compression=True)
+        model = algo.prepare(model, optimizer, plan)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            algo.step()
+            scheduler.step()  # lr changes on ``optimizer`` reach the optimizer Horovod steps
+
+    Warning:
+        Needs Horovod built with PyTorch support (``envs/build_horovod.sh``); constructing the class
+        without it raises ``ImportError``. ``prepare`` calls ``hvd.init()``: one Horovod job per
+        process.
+    """
+
+    overlaps_comm = True
+
+    def __init__(self, topology: Topology, *, fp16_compression: bool = False) -> None:
+        super().__init__(topology)
+        if not isinstance(fp16_compression, bool):
+            raise ValueError(f"Arg ``fp16_compression`` must be True or False, got {fp16_compression!r}.")
+        self.fp16_compression = fp16_compression
+        self.hvd = import_horovod()
+        self.controller = ""  # "gloo" or "mpi", once prepared
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
+        hvd = self.hvd
+        self.controller = init_horovod(hvd, self.topology)
+        compression = hvd.Compression.fp16 if self.fp16_compression else hvd.Compression.none
+        self.hvd_optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                                      compression=compression, op=hvd.Average)
+        self._share_state(optimizer)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # A fresh optimizer holds no state and needs no broadcast. Horovod would first create it by
+        # a step with zero gradients, which with weight decay moves the parameters (p <- p(1 - lr wd))
+        # and seeds momentum with wd p: an update no other baseline makes.
+        if optimizer.state:
+            hvd.broadcast_optimizer_state(self.hvd_optimizer, root_rank=0)
+        logger.info("horovod: %d ranks, %s controller, %s gradients", hvd.size(), self.controller,
+                    "fp16" if self.fp16_compression else "fp32")
+        return super().prepare(model, optimizer, plan)
+
+    def _share_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make the wrapped optimizer use the runner's ``param_groups`` and ``state`` objects.
+
+        ``DistributedOptimizer`` builds a new optimizer of a subclass of the given one over the same
+        group dicts, so an lr scheduler on the original already reaches it; sharing the containers
+        too keeps momentum where the runner's ``optimizer.state_dict()`` finds it, and survives an
+        ``optimizer.load_state_dict()`` (which rebinds both) through the check in ``step``.
+        """
+        self.hvd_optimizer.param_groups = optimizer.param_groups
+        self.hvd_optimizer.state = optimizer.state
+
+    def step(self) -> None:
+        if self.hvd_optimizer.param_groups is not self.optimizer.param_groups:
+            self._share_state(self.optimizer)
+        # Horovod's step: wait for the all-reduces started during backward, then the local update.
+        self.hvd_optimizer.step()
+        self.step_count += 1
+
+
+def import_horovod():
+    """``horovod.torch``, or an ``ImportError`` whose one line says how to build it."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as error:  # not installed, or built against another torch (undefined symbol)
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ImportError(f"the horovod algorithm needs Horovod with PyTorch support ({reason}); {BUILD_HINT}") from None
+    return hvd
+
+
+def init_horovod(hvd, topology: Topology) -> str:
+    """``hvd.init()`` in the job that ``torch.distributed`` already joined; returns the controller."""
+    env = os.environ
+    under_mpi = any(k in env for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"))
+    server = None
+    if "HOROVOD_RANK" not in env and not (under_mpi and hvd.mpi_built()):
+        server = _gloo_rendezvous(hvd, topology)
+    hvd.init()
+    if (hvd.rank(), hvd.size()) != (topology.rank, topology.world_size):
+        raise RuntimeError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, but this is rank {topology.rank} "
+                           f"of {topology.world_size}: start the job with the suite's launcher, srun, mpirun "
+                           "or horovodrun --gloo")
+    dist.barrier()  # every rank has connected: the rendezvous server is no longer needed
+    if server is not None:
+        server.stop()
+    return "mpi" if hvd.mpi_enabled() else "gloo"
+
+
+def _gloo_rendezvous(hvd, topology: Topology):
+    """What ``horovodrun --gloo`` does before it starts the ranks, over the suite's process group.
+
+    Rank 0 starts Horovod's rendezvous server with one slot per rank (virtual node = host); every
+    rank then sets the variables horovodrun would have set. Returns the server on rank 0.
+    """
+    from horovod.runner.common.util.hosts import SlotInfo
+    from horovod.runner.http.http_server import RendezvousServer
+
+    world, nodes, per_node = topology.world_size, topology.nodes, topology.procs_per_node
+    hosts: list[str | None] = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    server, port = None, [0]
+    if topology.rank == 0:
+        server = RendezvousServer()
+        port[0] = server.start()
+        server.init([SlotInfo(f"node{r // per_node}", r, r % per_node, r // per_node, world, per_node, nodes)
+                     for r in range(world)])
+    dist.broadcast_object_list(port, src=0)
+    # MASTER_ADDR is rank 0's address for torch.distributed too (the launchers and
+    # benchmarks.dist.init_process_group set it); on one machine gloo stays on the loopback.
+    os.environ.update({
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": os.environ.get("MASTER_ADDR") or hosts[0],
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]),
+        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_HOSTNAME": f"node{topology.node}",
+        "HOROVOD_RANK": str(topology.rank), "HOROVOD_SIZE": str(world),
+        "HOROVOD_LOCAL_RANK": str(topology.local_rank), "HOROVOD_LOCAL_SIZE": str(per_node),
+        "HOROVOD_CROSS_RANK": str(topology.node), "HOROVOD_CROSS_SIZE": str(nodes),
+    })
+    if len(set(hosts)) == 1:
+        os.environ.setdefault("HOROVOD_GLOO_IFACE", "lo")
+    return server
