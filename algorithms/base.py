@@ -53,6 +53,11 @@ class Algorithm(abc.ABC):
         self.step_count = 0
         self._eval_copy: nn.Module | None = None
 
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this algorithm cannot run here (a missing optional package), or ``None`` if it can."""
+        return None
+
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         """Take ownership of the model and optimizer; return the module the loop calls forward on."""
         self.model, self.optimizer, self.plan = model, optimizer, plan

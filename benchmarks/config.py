@@ -9,6 +9,7 @@ a ``ConfigError`` whose message names the fix. Values are parsed as YAML scalars
 from __future__ import annotations
 
 import difflib
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -153,6 +154,9 @@ def resolve(
         knobs = algorithms.params(algorithm)
     except KeyError as error:
         raise ConfigError(f"{error.args[0]} (--algorithm)") from None
+    reason = algorithms.get(algorithm).unavailable()
+    if reason:
+        raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
     for name, value in (("--nodes", nodes), ("--procs-per-node", procs_per_node)):
         if value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -235,3 +239,18 @@ def check_matrix(algorithm_names: list[str], task_names: list[str], nodes: list[
     unknown = [o for o in overrides if o.partition("=")[0].strip() not in used]
     if unknown:
         resolve(algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown)
+
+
+def available_algorithms(names: list[str]) -> list[str]:
+    """``names`` less the algorithms that cannot run here, each skipped with one line on stderr.
+
+    Unknown names are kept, so that ``check_matrix`` reports them with the list of valid ones.
+    """
+    kept = []
+    for name in names:
+        reason = algorithms.get(name).unavailable() if name in algorithms.REGISTRY else None
+        if reason:
+            print(f"skipping algorithm {name!r}: {reason}", file=sys.stderr)
+        else:
+            kept.append(name)
+    return kept
