@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "dpsgd": "algorithms.dpsgd:DPSGD",
     "sgp": "algorithms.sgp:SGP",
     "adpsgd": "algorithms.adpsgd:ADPSGD",
+    "daso": "algorithms.daso:DASO",
 }
 
 

@@ -300,7 +300,8 @@ class _Recorder:
     def log(self, row: dict[str, object]) -> None:
         self.csv.write(row)
         if self.wandb is not None:
-            self.wandb.log({_wandb_key(k): v for k, v in row.items() if v is not None}, step=row["step"])
+            numeric = {_wandb_key(k): v for k, v in row.items() if isinstance(v, (int, float))}
+            self.wandb.log(numeric, step=row["step"])
 
     def close(self) -> None:
         self.csv.close()

@@ -1,0 +1,158 @@
+"""DASO: the merge formula, the event timeline of the spec (section 3.3), equal models at every epoch
+end, the B/S schedule on a synthetic plateau, and training on the virtual cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import algorithms
+from algorithms.daso import DASO, PlateauDetector, batch_events, merge
+from algorithms.topology import Topology
+from benchmarks.tasks import digits
+from tests.distributed import run_on
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_merge_formula_on_hand_checkable_numbers():
+    # S = 1, two nodes: (2 * 10 + (4 + 6)) / (2 + 2) = 7.5
+    assert torch.equal(merge(torch.tensor([10.0]), torch.tensor([10.0]), staleness=1, group_size=2), torch.tensor([7.5]))
+    # S = 4, four nodes: (8 * 1 + 12) / (8 + 4) = 20 / 12
+    assert torch.allclose(merge(torch.tensor([1.0]), torch.tensor([12.0]), 4, 4), torch.tensor([20 / 12]))
+    # S = 0 weighs the local copy 1, as Heat: (3 + 9) / (1 + 2) = 4
+    assert torch.equal(merge(torch.tensor([3.0]), torch.tensor([9.0]), 0, 2), torch.tensor([4.0]))
+
+
+def timeline(B: int, S: int, batches: int, groups: int = 4, heat_quirks: bool = True):
+    """Sends, merges and blocking averages of one epoch, as (batch, group) pairs."""
+    rot, pending, out = 0, None, {"send": [], "merge": [], "average": []}
+    for t in range(batches):
+        events, rot, pending = batch_events(t, batches - 1, B, S, rot, pending, groups, heat_quirks)
+        for e in events:
+            out[e.kind].append((t, e.k))
+    assert pending is None, "nothing may stay in flight past the epoch"
+    return out
+
+
+# The table of spec section 3.3 (G = 4, epochs of 10 batches): sends and merges before the last batch.
+SPEC_TIMELINE = {
+    (1, 1): (list(range(9)), list(range(1, 9))),
+    (2, 1): ([0, 2, 4, 6, 8], [2, 4, 6, 8]),
+    (2, 2): ([0, 2, 4, 6, 8], [2, 4, 6, 8]),
+    (4, 1): ([0, 4, 8], [1, 5]),
+    (4, 2): ([0, 4, 8], [2, 6]),
+    (4, 4): ([0, 4, 8], [4, 8]),
+    (8, 4): ([0, 8], [4]),
+}
+
+
+@pytest.mark.parametrize("bs", sorted(SPEC_TIMELINE))
+def test_timeline_equals_the_spec_table(bs):
+    sends, merges = SPEC_TIMELINE[bs]
+    out = timeline(*bs, batches=10)
+    assert [t for t, _ in out["send"] if t < 9] == sends
+    assert [t for t, _ in out["merge"] if t < 9] == merges
+    assert out["send"][-1][0] == 9 and out["average"][-1][0] == 9  # the epoch ends in a blocking average
+    assert [k for _, k in out["send"]] == [i % 4 for i in range(len(out["send"]))]  # the groups rotate
+
+
+def test_blocking_rows_of_the_spec_table():
+    warm = timeline(0, 0, 10)
+    assert [t for t, _ in warm["average"]] == list(range(10)) and not warm["send"]
+    assert [k for _, k in warm["average"]] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    for B in (1, 4):  # S = 0: every send is averaged, blocking, in the same batch
+        out = timeline(B, 0, 10)
+        assert [t for t, _ in out["send"]] == [t for t, _ in out["average"]] and not out["merge"]
+
+
+def test_clean_reading_merges_exactly_s_batches_later():
+    out = timeline(2, 1, 10, heat_quirks=False)
+    assert [t for t, _ in out["merge"] if t < 9] == [1, 3, 5, 7]
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_every_send_is_merged_or_averaged_once_over_a_grid(groups):
+    for B in (1, 2, 3, 4, 8, 16):
+        for S in range(B + 1):
+            for batches in range(2, 41):
+                for quirks in (True, False):
+                    out = timeline(B, S, batches, groups, quirks)
+                    finished = len(out["merge"]) + sum(1 for t, _ in out["average"])
+                    assert finished == len(out["send"]), (B, S, batches, quirks)
+                    assert out["average"][-1][0] == batches - 1
+
+
+def test_plateau_detector_fires_on_the_third_stable_epoch():
+    p = PlateauDetector(threshold=0.05, patience=2)
+    # 0.9 is the best; 0.89, 0.88, 0.87 improve by less than 5 %: the third fires, then again three later.
+    assert [p.step(x) for x in (1.0, 0.9, 0.89, 0.88, 0.87, 0.87, 0.87, 0.87, 0.80)] == \
+        [False, False, False, False, True, False, False, True, False]
+
+
+def test_b_and_s_react_to_a_synthetic_plateau():
+    algo = DASO(Topology(0, nodes=2, procs_per_node=2), sync_warmup_epochs=2, sync_cooldown_epochs=2)
+    algo.plan = algorithms.Plan(steps_per_epoch=10, epochs=20)
+    losses = [2.0, 1.0, 0.5, 0.25] + [0.25] * 16  # improving, then flat from epoch 4 on
+    states = []
+    for loss in losses:
+        algo.end_epoch(loss)
+        states.append((algo.B, algo.S, algo.phase))
+    assert states[0] == (0, 0, "warmup")
+    assert states[1] == (4, 1, "cycling") and states[3] == (4, 1, "cycling")
+    # Flat from epoch 5 (index 4): plateaus fire on the 3rd, 6th, 9th stable epochs: 4 -> 2 -> 1 -> 4.
+    assert [s[0] for s in states[4:16]] == [4, 4, 2, 2, 2, 1, 1, 1, 4, 4, 4, 2]
+    assert states[-2:] == [(0, 0, "cooldown"), (0, 0, "cooldown")]
+
+
+def _equal_at_epoch_ends(rank: int, world: int) -> None:
+    torch.manual_seed(rank)  # different initial models: DASO must make them equal
+    model = digits.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    algo = DASO(Topology(rank, nodes=2, procs_per_node=2), sync_warmup_epochs=0, sync_cooldown_epochs=0)
+    plan = algorithms.Plan(steps_per_epoch=7, epochs=3)
+    train_model = algo.prepare(model, optimizer, plan)
+    data = torch.Generator().manual_seed(100 + rank)
+    differed = False
+    for _ in range(plan.epochs):
+        for t in range(plan.steps_per_epoch):
+            x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(train_model(x), y).backward()
+            algo.step()
+            flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            gathered = [torch.empty_like(flat) for _ in range(world)]
+            dist.all_gather(gathered, flat)
+            equal = all(torch.equal(gathered[0], g) for g in gathered)
+            if t == plan.steps_per_epoch - 1:
+                assert equal, "models differ at the end of an epoch"
+            differed |= not equal
+        algo.end_epoch(1.0)
+    assert differed, "models never differed within an epoch: the test could not fail"
+
+
+def test_all_models_are_equal_at_every_epoch_end():
+    run_on(4, _equal_at_epoch_ends)
+
+
+@pytest.mark.parametrize("layout", [("2", "2"), ("2", "1")])
+def test_daso_reaches_the_digits_target(tmp_path, layout):
+    nodes, ppn = layout
+    out = tmp_path / "daso"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--algorithm", "daso", "--task", "digits",
+                             "--nodes", nodes, "--procs-per-node", ppn, "--out", str(out), "--set", "wandb=false",
+                             "--set", "sync_warmup_epochs=2", "--set", "sync_cooldown_epochs=2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["time_to_target_s"] is not None
+    header, *rows = (out / "metrics.csv").read_text().splitlines()
+    assert header.endswith("B,S,phase,global_syncs,global_sync_bytes")
+    assert "cycling" in rows[3] and "warmup" in rows[0] and "cooldown" in rows[-1]
