@@ -23,7 +23,7 @@ validate(config, schema="config/schema.yaml")
 PY = sys.executable  # the interpreter running snakemake: the suite's environment, activated or not
 SUITE = config["suite"]
 PPN = config["procs_per_node"]
-SETS = " ".join(f"--set {k}={run_config.yaml_value(v)}" for k, v in {**config.get("set", {}), "suite": SUITE}.items())
+OVERRIDES = [f"{k}={run_config.yaml_value(v)}" for k, v in config.get("set", {}).items()]
 RUN = "results/runs/{suite}/{task}__{algorithm}__n{nodes}x{ppn}__s{seed}"
 ALGORITHMS = run_config.available_algorithms(config["algorithms"])  # says in one line what it skips
 RUNS = expand(RUN + "/summary.json", suite=SUITE, task=config["tasks"], algorithm=ALGORITHMS,
@@ -31,8 +31,13 @@ RUNS = expand(RUN + "/summary.json", suite=SUITE, task=config["tasks"], algorith
 FIGURES = expand("results/figures/{suite}__{task}__n{nodes}x{ppn}__metric_vs_time.{ext}", suite=SUITE,
                  task=config["tasks"], nodes=config["nodes"], ppn=PPN, ext=["png", "svg"])
 
-run_config.check_matrix(ALGORITHMS, config["tasks"], config["nodes"], PPN,
-                        [f"{k}={run_config.yaml_value(v)}" for k, v in config.get("set", {}).items()])
+run_config.check_matrix(ALGORITHMS, config["tasks"], config["nodes"], PPN, OVERRIDES)
+
+
+def sets(wildcards):
+    """The run's --set options: the suite, and the matrix's overrides this algorithm and task know."""
+    items = [f"suite={SUITE}", *run_config.overrides_for(wildcards.algorithm, wildcards.task, OVERRIDES)]
+    return " ".join(f"--set '{item}'" for item in items)
 
 wildcard_constraints:
     suite="[a-z0-9_-]+",
@@ -56,7 +61,7 @@ rule run:
         "results/logs/{suite}/{task}__{algorithm}__n{nodes}x{ppn}__s{seed}.log",
     threads: lambda wc: int(wc.nodes) * int(wc.ppn)
     params:
-        sets=SETS,
+        sets=sets,
     shell:
         "{PY} -m benchmarks.run --algorithm {wildcards.algorithm} --task {wildcards.task}"
         " --nodes {wildcards.nodes} --procs-per-node {wildcards.ppn} --seed {wildcards.seed}"

@@ -19,6 +19,7 @@ from algorithms.topology import Topology
 REGISTRY: dict[str, str] = {
     "ddp": "algorithms.ddp:DDP",
     "allreduce": "algorithms.allreduce:AllReduce",
+    "horovod": "algorithms.horovod:Horovod",
     "local_sgd": "algorithms.local_sgd:LocalSGD",
     "post_local_sgd": "algorithms.local_sgd:PostLocalSGD",
     "dpsgd": "algorithms.dpsgd:DPSGD",

@@ -5,7 +5,7 @@ variables, or MPI). Under the suite's local launcher, srun or torchrun, ``prepar
 ``horovodrun --gloo`` does before it starts the ranks: rank 0 runs Horovod's HTTP rendezvous server
 and every rank gets Horovod's variables, exchanged over the suite's own process group. The virtual
 nodes become Horovod's hosts, so its local and cross communicators match the suite's topology.
-Spec: /work/shared/specs/daso.md (§7 baselines: "fp16 compression", ``op=hvd.Average``).
+Spec: /work/shared/specs/daso.md (§2.3 and §7: Horovod with "fp16 compression", ``op=hvd.Average``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -21,8 +23,12 @@ from torch import nn
 from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
+if TYPE_CHECKING:
+    from horovod.runner.http.http_server import RendezvousServer
+
 logger = logging.getLogger(__name__)
 
+_OWN_RENDEZVOUS = "DPB_HOROVOD_RENDEZVOUS"  # set where this module, not horovodrun, set HOROVOD_*
 BUILD_HINT = "build it with envs/build_horovod.sh (Horovod 0.28.1 against this torch, into .venv)"
 
 
@@ -35,8 +41,9 @@ class Horovod(Algorithm):
     The optimizer is wrapped in ``hvd.DistributedOptimizer``: each gradient's all-reduce starts as
     soon as backward has produced it, Horovod's background thread fuses ready tensors into large
     messages, and ``step()`` waits for the results before the local update. This is the baseline
-    DASO is measured against (Coquelin et al. 2022; spec /work/shared/specs/daso.md §7), where
-    Horovod ran with ``compression=hvd.Compression.fp16`` and ``op=hvd.Average``. With
+    DASO is measured against (Coquelin et al. 2022; spec /work/shared/specs/daso.md §2.3, §7), where
+    Horovod ran with ``compression=hvd.Compression.fp16`` and ``op=hvd.Average`` (DASO itself sends
+    bfloat16, which Horovod lacks: spec §9). With
     ``fp16_compression=False`` the update is DDP's: parameters agree after every step (to
     floating-point reordering). Communication hides inside backward, so ``comm_s`` stays 0.
     Buffers (batch-norm statistics) are broadcast once at the start and then stay local.
@@ -70,10 +77,19 @@ class Horovod(Algorithm):
         self.fp16_compression = fp16_compression
         self.hvd = import_horovod()
         self.controller = ""  # "gloo" or "mpi", once prepared
+        self._rendezvous: RendezvousServer | None = None  # rank 0's, where this class started one
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            import_horovod()
+        except ImportError as error:
+            return str(error)
+        return None
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         hvd = self.hvd
-        self.controller = init_horovod(hvd, self.topology)
+        self.controller, self._rendezvous = init_horovod(hvd, self.topology)
         compression = hvd.Compression.fp16 if self.fp16_compression else hvd.Compression.none
         self.hvd_optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                                       compression=compression, op=hvd.Average)
@@ -104,38 +120,53 @@ class Horovod(Algorithm):
             self._share_state(self.optimizer)
         # Horovod's step: wait for the all-reduces started during backward, then the local update.
         self.hvd_optimizer.step()
+        # The runner's lr scheduler watches its own optimizer's step() and would warn that it never
+        # ran; the update it tracks is the one just made, so set the flag its step() wrapper sets.
+        self.optimizer._opt_called = True
         self.step_count += 1
 
+    def close(self) -> None:
+        # Every rank ends its training loop with no Horovod operation pending, so all of them agree
+        # to stop Horovod's background thread; torch.distributed carries the runner on.
+        self.hvd.shutdown()
+        if self._rendezvous is not None:
+            self._rendezvous.stop()
+            self._rendezvous = None
 
-def import_horovod():
+
+def import_horovod() -> ModuleType:
     """``horovod.torch``, or an ``ImportError`` whose one line says how to build it."""
     try:
         import horovod.torch as hvd
     except ImportError as error:  # not installed, or built against another torch (undefined symbol)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ImportError(f"the horovod algorithm needs Horovod with PyTorch support ({reason}); {BUILD_HINT}") from None
+        raise ImportError(f"the horovod algorithm needs Horovod with PyTorch support ({reason}); "
+                          f"{BUILD_HINT}") from None
     return hvd
 
 
-def init_horovod(hvd, topology: Topology) -> str:
-    """``hvd.init()`` in the job that ``torch.distributed`` already joined; returns the controller."""
+def init_horovod(hvd: ModuleType, topology: Topology) -> tuple[str, RendezvousServer | None]:
+    """``hvd.init()`` in the job ``torch.distributed`` already joined.
+
+    Returns the controller (``"gloo"`` or ``"mpi"``) and, on rank 0 where it started one, the
+    rendezvous server, which must live as long as Horovod does (process sets rendezvous there too).
+    """
     env = os.environ
+    # HOROVOD_RANK comes from horovodrun, or from an earlier rendezvous of this module (marked).
+    under_horovodrun = "HOROVOD_RANK" in env and _OWN_RENDEZVOUS not in env
     under_mpi = any(k in env for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"))
     server = None
-    if "HOROVOD_RANK" not in env and not (under_mpi and hvd.mpi_built()):
-        server = _gloo_rendezvous(hvd, topology)
+    if not under_horovodrun and not (under_mpi and hvd.mpi_built()):
+        server = _gloo_rendezvous(topology)
     hvd.init()
     if (hvd.rank(), hvd.size()) != (topology.rank, topology.world_size):
-        raise RuntimeError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, but this is rank {topology.rank} "
-                           f"of {topology.world_size}: start the job with the suite's launcher, srun, mpirun "
-                           "or horovodrun --gloo")
-    dist.barrier()  # every rank has connected: the rendezvous server is no longer needed
-    if server is not None:
-        server.stop()
-    return "mpi" if hvd.mpi_enabled() else "gloo"
+        raise RuntimeError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, but this is rank "
+                           f"{topology.rank} of {topology.world_size}: start the job with the suite's "
+                           "launcher, srun, mpirun or horovodrun --gloo")
+    return ("mpi" if hvd.mpi_enabled() else "gloo"), server
 
 
-def _gloo_rendezvous(hvd, topology: Topology):
+def _gloo_rendezvous(topology: Topology) -> RendezvousServer | None:
     """What ``horovodrun --gloo`` does before it starts the ranks, over the suite's process group.
 
     Rank 0 starts Horovod's rendezvous server with one slot per rank (virtual node = host); every
@@ -151,8 +182,9 @@ def _gloo_rendezvous(hvd, topology: Topology):
     if topology.rank == 0:
         server = RendezvousServer()
         port[0] = server.start()
-        server.init([SlotInfo(f"node{r // per_node}", r, r % per_node, r // per_node, world, per_node, nodes)
-                     for r in range(world)])
+        slots = [SlotInfo(f"node{r // per_node}", r, r % per_node, r // per_node, world, per_node, nodes)
+                 for r in range(world)]
+        server.init(slots)
     dist.broadcast_object_list(port, src=0)
     # MASTER_ADDR is rank 0's address for torch.distributed too (the launchers and
     # benchmarks.dist.init_process_group set it); on one machine gloo stays on the loopback.
@@ -164,6 +196,7 @@ def _gloo_rendezvous(hvd, topology: Topology):
         "HOROVOD_RANK": str(topology.rank), "HOROVOD_SIZE": str(world),
         "HOROVOD_LOCAL_RANK": str(topology.local_rank), "HOROVOD_LOCAL_SIZE": str(per_node),
         "HOROVOD_CROSS_RANK": str(topology.node), "HOROVOD_CROSS_SIZE": str(nodes),
+        _OWN_RENDEZVOUS: "1",
     })
     if len(set(hosts)) == 1:
         os.environ.setdefault("HOROVOD_GLOO_IFACE", "lo")

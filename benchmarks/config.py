@@ -144,6 +144,7 @@ def resolve(
     seed: int,
     out: Path,
     overrides: list[str],
+    check_data: bool = True,
 ) -> RunConfig:
     """Build the fully resolved ``RunConfig``; raise ``ConfigError`` for any bad input."""
     try:
@@ -187,7 +188,7 @@ def resolve(
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
     _check_values(config)
-    if task_obj.check_data is not None:
+    if check_data and task_obj.check_data is not None:
         root = config.settings["data_root"]
         try:
             task_obj.check_data(Path(root) if root else None)
@@ -219,26 +220,35 @@ def yaml_value(value: object) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
 
 
+def overrides_for(algorithm: str, task: str, overrides: list[str]) -> list[str]:
+    """The ``key=value`` items of a matrix's ``set:`` that this run's algorithm, task or settings know."""
+    known = set(SETTINGS)
+    if algorithm in algorithms.REGISTRY:
+        known |= set(algorithms.params(algorithm))
+    if task in tasks.REGISTRY:
+        known |= set(tasks.get(task).hparams)
+    return [o for o in overrides if o.partition("=")[0].strip() in known]
+
+
 def check_matrix(algorithm_names: list[str], task_names: list[str], nodes: list[int], procs_per_node: int,
                  overrides: list[str]) -> None:
     """Resolve every (algorithm, task, nodes) of a matrix; raise ``ConfigError`` on the first problem.
 
-    ``--set`` keys that belong to only some algorithms or tasks of the matrix are accepted for the
-    runs that know them and dropped elsewhere; a key that no run knows is an error.
+    ``--set`` keys that belong to only some algorithms or tasks of the matrix go to the runs that
+    know them (``overrides_for``); a key that no run knows is an error. Data roots are checked when
+    a run starts, not here, so that a matrix can be listed (``snakemake -n``) where the data is not.
     """
     used: set[str] = set()
     for algorithm in algorithm_names:
         for task in task_names:
-            knobs = set(algorithms.params(algorithm)) if algorithm in algorithms.REGISTRY else set()
-            hparams = set(tasks.get(task).hparams) if task in tasks.REGISTRY else set()
-            known = knobs | hparams | set(SETTINGS)
-            mine = [o for o in overrides if o.partition("=")[0].strip() in known]
+            mine = overrides_for(algorithm, task, overrides)
             used |= {o.partition("=")[0].strip() for o in mine}
             for n in nodes:
-                resolve(algorithm, task, n, procs_per_node, 0, Path("unused"), mine)
+                resolve(algorithm, task, n, procs_per_node, 0, Path("unused"), mine, check_data=False)
     unknown = [o for o in overrides if o.partition("=")[0].strip() not in used]
     if unknown:
-        resolve(algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown)
+        resolve(algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown,
+                check_data=False)
 
 
 def available_algorithms(names: list[str]) -> list[str]:

@@ -2,11 +2,13 @@
 
 ``detect()`` reads the launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, ``horovodrun
 --gloo``'s ``HOROVOD_RANK``/``HOROVOD_SIZE``, Open MPI's ``OMPI_COMM_WORLD_*``, MPICH/PMI's ``PMI_*``,
-Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an srun step) and says where the rendezvous is. Started plainly, ``spawn_local()`` is the launcher: it starts
-the N×G processes of a virtual cluster with torchrun's variables, watches them, and takes the whole
-job down as soon as one rank fails, so no process is left behind. Every rank then calls
-``init_process_group()``: NCCL when CUDA is there, else gloo, with a timeout after which a
-collective that hangs fails the run instead of hanging it.
+Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an srun step) and says where the rendezvous is.
+Started plainly, ``spawn_local()`` is the launcher: it starts the N×G processes of a virtual cluster
+with torchrun's variables, watches them, and takes the whole job down as soon as one rank fails, so
+no process is left behind. Every rank then calls ``init_process_group()``: NCCL when CUDA is
+there, else gloo, with a timeout after which a collective that hangs fails the run instead of
+hanging it. Horovod needs no launcher of its own: where neither horovodrun nor MPI started the job,
+``algorithms/horovod.py`` starts Horovod's rendezvous over that process group.
 """
 
 from __future__ import annotations

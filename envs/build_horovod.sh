@@ -34,7 +34,11 @@ import hashlib, shutil, subprocess, sys
 import torch
 # The MPI is identified by the compile line its wrapper prints (paths and library), hashed.
 mpicxx = shutil.which("mpicxx")
-show = subprocess.run([mpicxx, "-show"], capture_output=True, text=True).stdout if mpicxx else "no-mpi"
+show = "no-mpi"
+for flag in ("-show", "--showme"):  # MPICH, Open MPI
+    if mpicxx and (out := subprocess.run([mpicxx, flag], capture_output=True, text=True).stdout):
+        show = out
+        break
 print(f"torch{torch.__version__}-cp{sys.version_info.major}{sys.version_info.minor}"
       f"-mpi{hashlib.sha256(show.encode()).hexdigest()[:8]}")
 EOF
