@@ -10,14 +10,16 @@ resolved once here, so a bad name or --set key stops the workflow before any pro
 """
 
 import sys
+from pathlib import Path
 
+import yaml
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
 from benchmarks import config as run_config  # noqa: E402
 
-configfile: "config/config.yaml"
-
+if not config:  # a --configfile replaces the default matrix instead of being merged into it
+    config.update(yaml.safe_load(open(Path(workflow.basedir) / "config/config.yaml")))
 validate(config, schema="config/schema.yaml")
 
 PY = sys.executable  # the interpreter running snakemake: the suite's environment, activated or not

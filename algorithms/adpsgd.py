@@ -58,6 +58,8 @@ class ADPSGD(Algorithm):
         algo.close()  # stops the communication thread
     """
 
+    overlaps_comm = True  # the exchanges run in the thread, beside the computation
+
     def __init__(self, topology: Topology, *, seed: int = 0) -> None:
         super().__init__(topology)
         self.neighbours = bipartite_neighbours(topology.rank, topology.world_size)

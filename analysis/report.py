@@ -103,10 +103,22 @@ def _figure(path: Path, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path) -> str:
-    """One suite's heading, time-to-target table and figures."""
+def _syncs_section(syncs: pd.DataFrame) -> str:
+    """DASO's global synchronisations beside DDP's one per step."""
+    shown = syncs.drop(columns=["suite"]).assign(**{
+        "syncs": syncs["syncs"].map("{:.0f}".format), "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
+        "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
+        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(columns=["steps", "sync_bytes"])
+    return ("<h3>Global synchronisations</h3><p class=\"note\">Median over seeds of the run's global "
+            "(cross-node) synchronisations; DDP makes one per step.</p>" + html_table(shown))
+
+
+def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path, syncs: pd.DataFrame | None = None) -> str:
+    """One suite's heading, time-to-target table, global syncs (if any) and figures."""
     shown = tables.display_table(table).drop(columns=["suite"])
     parts = [f"<h2>Suite: {html.escape(suite)}</h2>", "<h3>Time to target</h3>", html_table(shown)]
+    if syncs is not None and not syncs.empty and (syncs["suite"] == suite).any():
+        parts.append(_syncs_section(syncs[syncs["suite"] == suite]))
     parts.append("<h3>Validation metric against wall time</h3>")
     for (task, nodes, procs), _ in table.groupby(["task", "nodes", "procs_per_node"], sort=True):
         png = figure_dir / f"{figures.figure_stem(suite, task, nodes, procs)}.png"
@@ -115,7 +127,8 @@ def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path) -> str:
+def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
+                syncs: pd.DataFrame | None = None) -> str:
     """The whole report as one HTML string."""
     finished = int((runs["status"] != INCOMPLETE).sum())
     parts = [
@@ -131,7 +144,7 @@ def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path) -> st
     summary = summary_table(table)
     parts.append(html_table(summary) if not summary.empty else "<p>No runs found.</p>")
     for suite, suite_table in table.groupby("suite", sort=True):
-        parts.append(_suite_section(str(suite), suite_table, figure_dir))
+        parts.append(_suite_section(str(suite), suite_table, figure_dir, syncs))
     parts.append("<h2>Runs that did not converge or failed</h2>")
     problems = problem_runs(runs)
     parts.append(html_table(problems, {"error": "error"}) if not problems.empty
@@ -156,7 +169,8 @@ def render(results: Path) -> Path:
     table = tables.write_tables(results, runs)
     figures.write_figures(results, runs, curves)
     path = results / "report.html"
-    path.write_text(render_html(runs, table, results / "figures"), encoding="utf-8")
+    syncs = tables.global_syncs(curves)
+    path.write_text(render_html(runs, table, results / "figures", syncs), encoding="utf-8")
     return path
 
 

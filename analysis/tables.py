@@ -155,3 +155,22 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
+    """Global synchronisations of the hierarchical algorithms (DASO) against DDP's one per step.
+
+    Per suite, task, layout and algorithm with a ``global_syncs`` column: the median over seeds of
+    the run's total global syncs and of its optimizer steps (DDP all-reduces across all nodes once
+    per step), the share of syncs saved, and the median bytes put on the inter-node links.
+    """
+    if "global_syncs" not in curves.columns:
+        return pd.DataFrame()
+    rows = curves.dropna(subset=["global_syncs"])
+    if rows.empty:
+        return pd.DataFrame()
+    per_run = rows.groupby(GROUP + ["algorithm", "run_id"], sort=True).agg(
+        syncs=("global_syncs", "sum"), steps=("step", "max"), sync_bytes=("global_sync_bytes", "sum"))
+    out = per_run.groupby(GROUP + ["algorithm"], sort=True).median().reset_index()
+    out["saved vs DDP"] = 1.0 - out["syncs"] / out["steps"]
+    return out

@@ -188,3 +188,23 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "<script" not in text and "http://" not in text and "https://" not in text
     assert "node01, node02, node03" in text
+
+
+def test_global_syncs_against_ddp_on_hand_made_curves():
+    import pandas as pd
+
+    from analysis import tables
+
+    rows = []
+    for seed, syncs in ((0, [22, 7, 7]), (1, [22, 7, 9])):  # per-epoch global syncs of two DASO seeds
+        for epoch, n in enumerate(syncs, start=1):
+            rows.append({"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "algorithm": "daso",
+                         "run_id": f"r{seed}", "epoch": epoch, "step": 22 * epoch, "global_syncs": n,
+                         "global_sync_bytes": 100 * n})
+    rows.append({"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "algorithm": "ddp", "run_id": "d",
+                 "epoch": 1, "step": 22, "global_syncs": float("nan"), "global_sync_bytes": float("nan")})
+    out = tables.global_syncs(pd.DataFrame(rows))
+    assert list(out["algorithm"]) == ["daso"]  # DDP has no such column values
+    row = out.iloc[0]
+    assert row["syncs"] == 37 and row["steps"] == 66  # median of 36 and 38; 3 epochs x 22 steps
+    assert abs(row["saved vs DDP"] - (1 - 37 / 66)) < 1e-12 and row["sync_bytes"] == 3700

@@ -70,3 +70,22 @@ def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
     assert "digits__allreduce__n1x2__s0" in html and "SIGKILL" in html
     assert (work / "results/tables/time_to_target.md").exists()
     assert (work / "results/figures/tiny__digits__n1x2__metric_vs_time.png").stat().st_size > 1000
+
+
+def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):
+    matrix = yaml.safe_load((ROOT / "config/daso.yaml").read_text())
+    result = _snakemake(_workdir(tmp_path, matrix), "-n", "-p")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    listed = set(re.findall(r"results/runs/daso-imagenet/(\S+)/summary\.json", result.stdout))
+    import algorithms
+
+    runnable = [a for a in matrix["algorithms"] if algorithms.get(a).unavailable() is None]
+    expected = {f"imagenet_resnet50__{a}__n{n}x4__s0" for a in runnable for n in matrix["nodes"]}
+    assert listed == expected
+    # DASO's knobs go to the DASO runs only, Horovod's to Horovod's.
+    assert "max_global_skips" not in _run_command(result.stdout, "ddp")
+    assert "max_global_skips=4" in _run_command(result.stdout, "daso")
+
+
+def _run_command(dry_run: str, algorithm: str) -> str:
+    return next(line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line)
