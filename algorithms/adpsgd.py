@@ -109,16 +109,19 @@ class ADPSGD(Algorithm):
 
     def _active(self) -> None:
         buffer = torch.empty(self.published.numel() + 1)
+        exchanged_after = 0  # the step count at the last exchange: one exchange per new step at most
         while True:
             self.wake.wait()
             self.wake.clear()
+            if self.step_count > exchanged_after:
+                exchanged_after = self.step_count
+                partner = self.rng.choice(self.neighbours)
+                snapshot = self._current()
+                dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=partner, group=self.group)
+                dist.recv(buffer, src=partner, group=self.group)
+                self._collect(snapshot, buffer[1:])
             if self.stopping:
                 break
-            partner = self.rng.choice(self.neighbours)
-            snapshot = self._current()
-            dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=partner, group=self.group)
-            dist.recv(buffer, src=partner, group=self.group)
-            self._collect(snapshot, buffer[1:])
         done = torch.zeros(self.published.numel() + 1)  # first element _DONE
         for partner in self.neighbours:
             dist.send(done, dst=partner, group=self.group)

@@ -232,4 +232,7 @@ def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None, summary
-    assert 0 < summary["comm_share"] < 1
+    if algorithms.get(name).overlaps_comm:  # AD-PSGD's exchanges run beside the computation
+        assert summary["comm_share"] is None
+    else:
+        assert 0 < summary["comm_share"] < 1
