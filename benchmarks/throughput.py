@@ -1,13 +1,17 @@
 """Step throughput of each algorithm against the same loop with no communication at all.
 
     python -m benchmarks.throughput [--task mnist1d] [--algorithms ddp allreduce] [--world 2 4]
+                                    [--nodes 2] [--set key=value ...]
 
-For each world size W it starts W gloo processes on this machine (one virtual node of W processes)
-and times ``--steps`` training steps after ``--warmup`` untimed ones, for the bare loop
+For each world size W it starts W gloo processes on this machine (``--nodes`` virtual nodes of W/N
+processes) and times ``--steps`` training steps after ``--warmup`` untimed ones, for the bare loop
 (``optimizer.step()`` only, "none") and for each algorithm, in one process group so they share the
 conditions. It prints samples per second over all workers, the ratio to "none", and the implied
 share of a step spent communicating (1 - ratio). Repeat ``--repeats`` times and compare ratios
-within one invocation: on a shared 2-core machine absolute numbers move by ±20 %.
+within one invocation: on a shared 2-core machine absolute numbers move by ±20 %. The timed steps
+form one epoch, so schedule-driven algorithms are measured in their steady state: post-local SGD
+after its switch, and DASO in its cycling phase (the default ``--set`` turns its blocking warm-up
+and cool-down off; a ``--set`` key goes to the algorithms that know it).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import torch.multiprocessing as mp
 import algorithms
 from algorithms.topology import Topology
 from benchmarks import tasks
+from benchmarks.config import coerce
 
 
-def _time_steps(rank: int, world: int, task_name: str, name: str, steps: int, warmup: int) -> float:
+def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, steps: int, warmup: int,
+                knobs: dict[str, object]) -> float:
     """Seconds for ``steps`` steps of ``name`` ("none" = no communication), the slowest rank's."""
     task = tasks.get(task_name)
     train_set, _ = task.make_datasets(None)
@@ -38,7 +44,7 @@ def _time_steps(rank: int, world: int, task_name: str, name: str, steps: int, wa
     if name == "none":
         train_model, step = model, optimizer.step
     else:
-        algo = algorithms.build(name, Topology(rank, nodes=1, procs_per_node=world))
+        algo = algorithms.build(name, Topology(rank, nodes=nodes, procs_per_node=world // nodes), **knobs)
         plan = algorithms.Plan(steps_per_epoch=warmup + steps, epochs=1)
         train_model, step = algo.prepare(model, optimizer, plan), algo.step
     x_all, y_all = train_set[:][0], train_set[:][1]
@@ -63,7 +69,8 @@ def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     for repeat in range(args.repeats):
         for name in ["none", *args.algorithms]:
-            seconds = _time_steps(rank, world, args.task, name, args.steps, args.warmup)
+            nodes = args.nodes if world % args.nodes == 0 else 1
+            seconds = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup, args.knobs.get(name, {}))
             if rank == 0:
                 results.append((repeat, name, seconds))
     dist.destroy_process_group()
@@ -77,13 +84,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--nodes", type=int, default=2, help="virtual nodes (1 where W is not a multiple)")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                   default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0"])
     args = p.parse_args(argv)
-    for name in args.algorithms:
-        algorithms.get(name)  # fail on a bad name before starting processes
+    args.knobs = {}
+    for name in args.algorithms:  # fail on a bad name or knob before starting processes
+        knobs = algorithms.params(name)
+        mine = [o.partition("=") for o in args.overrides if o.partition("=")[0] in knobs]
+        args.knobs[name] = {k: coerce(k, v, knobs[k][0]) for k, _, v in mine}
     batch = tasks.get(args.task).hparams["batch_size"]
     print(f"task {args.task}, batch {batch} per worker, {args.steps} timed steps, median of {args.repeats}, "
-          f"{os.cpu_count()} cores")
-    print(f"{'world':>5} {'algorithm':<12} {'samples/s':>10} {'vs none':>8} {'comm share':>10}")
+          f"{args.nodes} virtual nodes, {os.cpu_count()} cores")
+    print(f"{'world':>5} {'algorithm':<15} {'samples/s':>10} {'vs none':>8} {'comm share':>10}")
     for world in args.world:
         with mp.Manager() as manager, tempfile.TemporaryDirectory() as tmp:
             results = manager.list()
@@ -95,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                   for n in median}
         for name, seconds in median.items():
             rate = args.steps * batch * world / seconds
-            print(f"{world:>5} {name:<12} {rate:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
+            print(f"{world:>5} {name:<15} {rate:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
 
 
 if __name__ == "__main__":
