@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "sgp": "algorithms.sgp:SGP",
     "adpsgd": "algorithms.adpsgd:ADPSGD",
     "daso": "algorithms.daso:DASO",
+    "wagma": "algorithms.wagma:WAGMA",
 }
 
 

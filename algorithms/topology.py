@@ -104,3 +104,35 @@ def bipartite_neighbours(rank: int, world_size: int) -> list[int]:
         raise ValueError(f"AD-PSGD's bipartite graph needs an even number of workers, got {world_size}.")
     odd = {1} | {2**r + 1 for r in range(1, max(1, (world_size - 1).bit_length())) if 2**r + 1 < world_size}
     return sorted({(rank + s * o) % world_size for o in odd for s in (1, -1)} - {rank})
+
+
+def wagma_phase_masks(world_size: int, group_size: int, step: int, printed: bool = False) -> list[int]:
+    """The butterfly masks of WAGMA-SGD's dynamic grouping (Algorithm 1) at iteration ``step``.
+
+    The corrected reading (default) takes log2(S) consecutive bits starting at
+    ``(step * log2 S) mod log2 P``, one per phase: ``mask_r = 1 << ((shift + r) mod log2 P)``. It
+    reproduces the paper's own example (P=8, S=4: {0,1,2,3},{4,5,6,7} then {0,1,4,5},{2,3,6,7}).
+    ``printed=True`` follows the algorithm as printed (``mask <<= shift``, cumulative), which does not
+    reproduce the example (spec wagma.md 2.2); masks that overflow past P are dropped.
+    """
+    gp, sp = world_size.bit_length() - 1, group_size.bit_length() - 1
+    if gp == 0:
+        return []
+    shift = (step * sp) % gp
+    if not printed:
+        return [1 << ((shift + r) % gp) for r in range(sp)]
+    masks, mask = [], 1
+    for _ in range(sp):
+        mask <<= shift
+        if mask < world_size:
+            masks.append(mask)
+        shift = (shift + 1) % gp
+    return masks
+
+
+def wagma_group(rank: int, world_size: int, group_size: int, step: int, printed: bool = False) -> list[int]:
+    """The members of ``rank``'s group at iteration ``step`` (the closure under the step's masks)."""
+    group = {rank}
+    for mask in wagma_phase_masks(world_size, group_size, step, printed):
+        group |= {q ^ mask for q in group}
+    return sorted(group)

@@ -31,6 +31,9 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
     "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
+    "straggler": (str, "none"),  # none | fixed (benchmarks/stragglers.py)
+    "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
+    "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank
 }
 
 
@@ -211,6 +214,12 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):
         raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
+    if s["straggler"] not in ("none", "fixed"):
+        raise ConfigError(f"--set straggler: must be none or fixed, got {s['straggler']!r}")
+    if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= config.world_size:
+        raise ConfigError(f"--set straggler_ranks: must be in 1..{config.world_size}, got {s['straggler_ranks']}")
+    if s["straggler_delay_ms"] < 0:
+        raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
     if s["collective_timeout_s"] <= 0:
         raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
 

@@ -28,6 +28,7 @@ from benchmarks import config as config_mod
 from benchmarks import dist as bootstrap
 from benchmarks import rundir, tasks
 from benchmarks.config import ConfigError, RunConfig
+from benchmarks.stragglers import Stragglers
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -190,6 +191,7 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
 
+    stragglers = Stragglers(s["straggler"], topo.rank, world, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     run = _Recorder(cfg, algo) if master else None
@@ -213,6 +215,7 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
         loss_sum = torch.zeros((), device=device)
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            stragglers.before_step(state["step"])
             optimizer.zero_grad(set_to_none=True)
             loss = task.loss(train_model(x), y)
             loss.backward()

@@ -1,7 +1,7 @@
 """Step throughput of each algorithm against the same loop with no communication at all.
 
     python -m benchmarks.throughput [--task mnist1d] [--algorithms ddp allreduce] [--world 2 4]
-                                    [--nodes 2] [--set key=value ...]
+                                    [--nodes 2] [--set key=value ...] [--stragglers K --delay-ms D]
 
 For each world size W it starts W gloo processes on this machine (``--nodes`` virtual nodes of W/N
 processes) and times ``--steps`` training steps after ``--warmup`` untimed ones, for the bare loop
@@ -30,10 +30,11 @@ import algorithms
 from algorithms.topology import Topology
 from benchmarks import tasks
 from benchmarks.config import coerce
+from benchmarks.stragglers import Stragglers
 
 
 def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, steps: int, warmup: int,
-                knobs: dict[str, object]) -> float:
+                knobs: dict[str, object], stragglers: Stragglers) -> float:
     """Seconds for ``steps`` steps of ``name`` ("none" = no communication), the slowest rank's."""
     task = tasks.get(task_name)
     train_set, _ = task.make_datasets(None)
@@ -54,6 +55,7 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
             dist.barrier()
             start = time.perf_counter()
         idx = torch.randint(0, len(y_all), (batch,), generator=g)
+        stragglers.before_step(i)
         optimizer.zero_grad(set_to_none=True)
         task.loss(train_model(x_all[idx]), y_all[idx]).backward()
         step()
@@ -70,7 +72,10 @@ def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results
     for repeat in range(args.repeats):
         for name in ["none", *args.algorithms]:
             nodes = args.nodes if world % args.nodes == 0 else 1
-            seconds = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup, args.knobs.get(name, {}))
+            stragglers = Stragglers("fixed" if args.stragglers else "none", rank, world, args.stragglers,
+                                    args.delay_ms, seed=repeat)
+            seconds = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup,
+                                  args.knobs.get(name, {}), stragglers)
             if rank == 0:
                 results.append((repeat, name, seconds))
     dist.destroy_process_group()
@@ -85,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--nodes", type=int, default=2, help="virtual nodes (1 where W is not a multiple)")
+    p.add_argument("--stragglers", type=int, default=0, help="ranks delayed at every step (WAGMA's imbalance)")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="delay of each delayed rank")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
                    default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0"])
     args = p.parse_args(argv)
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         args.knobs[name] = {k: coerce(k, v, knobs[k][0]) for k, _, v in mine}
     batch = tasks.get(args.task).hparams["batch_size"]
     print(f"task {args.task}, batch {batch} per worker, {args.steps} timed steps, median of {args.repeats}, "
-          f"{args.nodes} virtual nodes, {os.cpu_count()} cores")
+          f"{args.nodes} virtual nodes, {os.cpu_count()} cores"
+          + (f", {args.stragglers} rank(s) delayed {args.delay_ms:g} ms per step" if args.stragglers else ""))
     print(f"{'world':>5} {'algorithm':<15} {'samples/s':>10} {'vs none':>8} {'comm share':>10}")
     for world in args.world:
         with mp.Manager() as manager, tempfile.TemporaryDirectory() as tmp:

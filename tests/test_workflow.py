@@ -89,3 +89,14 @@ def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):
 
 def _run_command(dry_run: str, algorithm: str) -> str:
     return next(line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line)
+
+
+def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):
+    matrix = yaml.safe_load((ROOT / "config/wagma.yaml").read_text())
+    result = _snakemake(_workdir(tmp_path, matrix), "-n", "-p")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    listed = set(re.findall(r"results/runs/wagma-imagenet/(\S+)/summary\.json", result.stdout))
+    assert listed == {f"imagenet_resnet50__{a}__n{n}x4__s0" for a in matrix["algorithms"] for n in matrix["nodes"]}
+    assert "straggler_delay_ms=320" in _run_command(result.stdout, "allreduce")
+    assert "global_period=10" in _run_command(result.stdout, "wagma")
+    assert "period=1" in _run_command(result.stdout, "local_sgd")
