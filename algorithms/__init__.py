@@ -16,6 +16,8 @@ import typing
 from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
+__all__ = ["REGISTRY", "Algorithm", "Plan", "Topology", "build", "describe", "get", "names", "params"]
+
 REGISTRY: dict[str, str] = {
     "ddp": "algorithms.ddp:DDP",
     "allreduce": "algorithms.allreduce:AllReduce",

@@ -25,3 +25,36 @@ def run_on(world: int, fn: Callable, *args: object) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         mp.spawn(_entry, args=(world, store, fn, args), nprocs=world, join=True)
+
+
+def train_digits(rank: int, world: int, name: str, knobs: dict, out: str, steps: int, steps_per_epoch: int,
+                 check: Callable | None = None) -> None:
+    """``steps`` SGD steps (momentum, weight decay) of the digits CNN under algorithm ``name`` on a
+    2-node virtual cluster, each rank on its own random batches; rank 0 saves the parameters to
+    ``out``. ``check(t, algo, model)`` runs after each step (on every rank)."""
+    import algorithms
+    from algorithms.topology import Topology
+    from benchmarks.tasks import digits
+
+    torch.manual_seed(0)
+    model = digits.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    algo = algorithms.build(name, Topology(rank, nodes=2, procs_per_node=world // 2), **knobs)
+    plan = algorithms.Plan(steps_per_epoch=steps_per_epoch, epochs=max(1, steps // steps_per_epoch))
+    train_model = algo.prepare(model, optimizer, plan)
+    data = torch.Generator().manual_seed(100 + rank)
+    for t in range(steps):
+        x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(train_model(x), y).backward()
+        algo.step()
+        if check is not None:
+            check(t, algo, model)
+    algo.close()
+    if rank == 0:
+        torch.save([p.detach().clone() for p in model.parameters()], out)
+
+
+def max_param_diff(a: str, b: str) -> float:
+    """The largest element-wise difference between two saved parameter lists."""
+    return max((x - y).abs().max().item() for x, y in zip(torch.load(a), torch.load(b)))

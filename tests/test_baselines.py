@@ -18,7 +18,7 @@ from algorithms.dpsgd import mix
 from algorithms.sgp import debias, push_sum_share
 from algorithms.topology import Topology
 from benchmarks.tasks import digits
-from tests.distributed import run_on
+from tests.distributed import max_param_diff, run_on, train_digits
 
 STEPS = 8
 
@@ -79,29 +79,13 @@ def test_local_sgd_averages_every_h_steps():
 
 
 def _train(rank: int, world: int, name: str, knobs: dict, out: str) -> None:
-    torch.manual_seed(0)
-    model = digits.make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    algo = algorithms.build(name, Topology(rank, nodes=2, procs_per_node=world // 2), **knobs)
-    train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=3, epochs=3))
-    data = torch.Generator().manual_seed(100 + rank)
-    for _ in range(STEPS):
-        x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(train_model(x), y).backward()
-        algo.step()
-    if rank == 0:
-        torch.save([p.detach().clone() for p in model.parameters()], out)
-
-
-def _max_diff(a, b) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b))
+    train_digits(rank, world, name, knobs, out, steps=STEPS, steps_per_epoch=3)
 
 
 def test_local_sgd_with_h1_and_averaged_momentum_is_allreduce_sgd(tmp_path):
     run_on(4, _train, "allreduce", {}, str(tmp_path / "a.pt"))
     run_on(4, _train, "local_sgd", {"period": 1, "momentum_mode": "average"}, str(tmp_path / "l.pt"))
-    assert _max_diff(torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "l.pt")) <= 1e-6
+    assert max_param_diff(tmp_path / "a.pt", tmp_path / "l.pt") <= 1e-6
 
 
 def _torch_post_local(rank: int, world: int, out: str) -> None:
@@ -131,10 +115,9 @@ def _torch_post_local(rank: int, world: int, out: str) -> None:
 def test_post_local_sgd_matches_torch_post_local_sgd_optimizer(tmp_path):
     run_on(4, _torch_post_local, str(tmp_path / "torch.pt"))
     run_on(4, _train, "post_local_sgd", {"period": 2, "switch_epoch": 1}, str(tmp_path / "ours.pt"))
-    ours, reference = torch.load(tmp_path / "ours.pt"), torch.load(tmp_path / "torch.pt")
-    assert _max_diff(ours, reference) <= 1e-6
+    assert max_param_diff(tmp_path / "ours.pt", tmp_path / "torch.pt") <= 1e-6
     run_on(4, _train, "post_local_sgd", {"period": 2, "switch_epoch": 3}, str(tmp_path / "never.pt"))
-    assert _max_diff(torch.load(tmp_path / "never.pt"), reference) > 1e-4, "the switch changed nothing"
+    assert max_param_diff(tmp_path / "never.pt", tmp_path / "torch.pt") > 1e-4, "the switch changed nothing"
 
 
 # ---- D-PSGD -----------------------------------------------------------------------------------------------

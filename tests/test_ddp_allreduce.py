@@ -5,34 +5,23 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-import algorithms
 from algorithms.comm import broadcast_, flat_average_
-from algorithms.topology import Topology
 from benchmarks.tasks import digits
-from tests.distributed import run_on
+from tests.distributed import run_on, train_digits
 
 STEPS = 6
 
 
-def _train(rank: int, world: int, name: str, out: str) -> None:
-    torch.manual_seed(0)
-    model = digits.make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    algo = algorithms.build(name, Topology(rank, nodes=2, procs_per_node=world // 2))
-    train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=STEPS, epochs=1))
-    data = torch.Generator().manual_seed(100 + rank)  # each rank sees its own batches
-    for _ in range(STEPS):
-        x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(train_model(x), y).backward()
-        algo.step()
-    if rank == 0:
-        torch.save([p.detach().clone() for p in model.parameters()], out)
-    # Within one algorithm every rank must hold the same parameters.
+def _same_everywhere(t: int, algo, model) -> None:
+    """Within one algorithm every rank holds the same parameters after every step."""
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    gathered = [torch.empty_like(flat) for _ in range(world)]
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, flat)
     assert all(torch.equal(gathered[0], g) for g in gathered)
+
+
+def _train(rank: int, world: int, name: str, out: str) -> None:
+    train_digits(rank, world, name, {}, out, steps=STEPS, steps_per_epoch=STEPS, check=_same_everywhere)
 
 
 def test_ddp_and_allreduce_agree_after_k_steps(tmp_path):

@@ -18,8 +18,7 @@ from torch import nn
 import algorithms
 from algorithms.topology import Topology, wagma_group
 from algorithms.wagma import WAGMA, default_group_size, group_average
-from benchmarks.tasks import digits
-from tests.distributed import run_on
+from tests.distributed import max_param_diff, run_on, train_digits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,33 +92,23 @@ def test_a_late_worker_contributes_its_stale_model_and_uses_the_s_plus_1_rule():
     run_on(2, _fig3)
 
 
+def _equal_after_global(t: int, algo, model: nn.Module) -> None:
+    """Every replica is the same right after a global average."""
+    if isinstance(algo, WAGMA) and algo.is_global(t):
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        assert all(torch.equal(gathered[0], g) for g in gathered)
+
+
 def _train(rank: int, world: int, name: str, knobs: dict, out: str) -> None:
-    torch.manual_seed(0)
-    model = digits.make_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    algo = algorithms.build(name, Topology(rank, nodes=2, procs_per_node=world // 2), **knobs)
-    train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=12, epochs=1))
-    data = torch.Generator().manual_seed(100 + rank)
-    for t in range(12):
-        x, y = torch.randn(8, 1, 8, 8, generator=data), torch.randint(0, 10, (8,), generator=data)
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(train_model(x), y).backward()
-        algo.step()
-        if name == "wagma" and algo.is_global(t):  # every replica equal after a global average
-            flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-            gathered = [torch.empty_like(flat) for _ in range(world)]
-            dist.all_gather(gathered, flat)
-            assert all(torch.equal(gathered[0], g) for g in gathered)
-    algo.close()
-    if rank == 0:
-        torch.save([p.detach().clone() for p in model.parameters()], out)
+    train_digits(rank, world, name, knobs, out, steps=12, steps_per_epoch=12, check=_equal_after_global)
 
 
 def test_sync_wagma_with_s_equal_p_is_per_step_global_averaging(tmp_path):
     run_on(4, _train, "wagma", {"group_size": 4, "global_period": 5, "mode": "sync"}, str(tmp_path / "w.pt"))
     run_on(4, _train, "local_sgd", {"period": 1}, str(tmp_path / "l.pt"))
-    diff = max((a - b).abs().max().item() for a, b in zip(torch.load(tmp_path / "w.pt"), torch.load(tmp_path / "l.pt")))
-    assert diff <= 1e-6
+    assert max_param_diff(tmp_path / "w.pt", tmp_path / "l.pt") <= 1e-6
 
 
 def test_wait_avoiding_rounds_keep_replicas_equal_after_each_global_average(tmp_path):
