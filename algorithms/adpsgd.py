@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, bipartite_neighbours
 
 _EXCHANGE, _DONE = 1.0, 0.0  # first element of every message
@@ -74,8 +74,6 @@ class ADPSGD(Algorithm):
         self.exchanges = 0
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
         super().prepare(model, optimizer, plan)
         self.params = [p.data for p in model.parameters()]
         self.published = flatten(self.params)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
 
-from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flat_average_
+from algorithms.base import Algorithm
+from algorithms.comm import flat_average_
 from algorithms.topology import Topology
 
 
@@ -38,12 +36,6 @@ class AllReduce(Algorithm):
 
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)
-
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        # Start from rank 0's parameters, as DDP does, so that the seed alone decides the start.
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
-        return super().prepare(model, optimizer, plan)
 
     def step(self) -> None:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]

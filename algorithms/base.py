@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from algorithms.comm import flat_average_
+from algorithms.comm import broadcast_, flat_average_
 from algorithms.topology import Topology
 
 
@@ -43,6 +43,7 @@ class Algorithm(abc.ABC):
     """
 
     overlaps_comm = False  # True where communication hides inside backward and cannot be timed apart
+    broadcast_start = True  # start from rank 0's parameters (False where the wrapper does it: DDP, Horovod)
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -59,7 +60,13 @@ class Algorithm(abc.ABC):
         return None
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        """Take ownership of the model and optimizer; return the module the loop calls forward on."""
+        """Take ownership of the model and optimizer; return the module the loop calls forward on.
+
+        Every rank starts from rank 0's parameters, so the seed alone decides the start.
+        """
+        if self.broadcast_start:
+            with torch.no_grad():
+                broadcast_(list(model.parameters()), src=0)
         self.model, self.optimizer, self.plan = model, optimizer, plan
         return model
 

@@ -186,8 +186,6 @@ class DASO(Algorithm):
         node_groups = [dist.new_group(topo.node_ranks(n)) for n in range(topo.nodes)]
         self.cross_groups = [dist.new_group(topo.cross_node_ranks(k)) for k in range(g)]
         self.node_group = node_groups[topo.node]
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)  # identical start everywhere
         device_ids = [next(model.parameters()).device.index] if torch.cuda.is_available() else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, process_group=self.node_group)
         super().prepare(model, optimizer, plan)

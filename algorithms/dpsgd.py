@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.base import Algorithm
+from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, mixing_matrix
 
 
@@ -52,11 +52,6 @@ class DPSGD(Algorithm):
         self.mixing = mixing
         self.self_weight = row[topology.rank]
         self.weights = {j: w for j, w in enumerate(row) if w > 0 and j != topology.rank}
-
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
-        return super().prepare(model, optimizer, plan)
 
     def step(self) -> None:
         params = [p.data for p in self.model.parameters()]

@@ -69,6 +69,7 @@ class Horovod(Algorithm):
     """
 
     overlaps_comm = True
+    broadcast_start = False  # the wrapper broadcasts the initial state itself
 
     def __init__(self, topology: Topology, *, fp16_compression: bool = False) -> None:
         super().__init__(topology)

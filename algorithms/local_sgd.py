@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flat_average_
+from algorithms.comm import flat_average_
 from algorithms.topology import Topology
 
 MOMENTUM_MODES = ("local", "reset", "average")
@@ -53,11 +53,6 @@ class LocalSGD(Algorithm):
             raise ValueError(f"Arg ``momentum_mode`` must be one of {MOMENTUM_MODES}, got {momentum_mode!r}.")
         self.period = period
         self.momentum_mode = momentum_mode
-
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
-        return super().prepare(model, optimizer, plan)
 
     def step(self) -> None:
         self.optimizer.step()

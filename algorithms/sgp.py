@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.base import Algorithm
+from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, exponential_offsets, exponential_peers
 
 
@@ -67,11 +67,6 @@ class SGP(Algorithm):
         self.overlap = overlap
         self.weight = 1.0  # push-sum weight w
         self.in_flight: deque[tuple[int, list, list[torch.Tensor]]] = deque()
-
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
-        return super().prepare(model, optimizer, plan)
 
     def step(self) -> None:
         self.optimizer.step()

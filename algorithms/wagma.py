@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from algorithms.base import Algorithm, Plan
-from algorithms.comm import broadcast_, flat_average_, flatten, unflatten_into
+from algorithms.comm import flat_average_, flatten, unflatten_into
 from algorithms.topology import Topology, wagma_phase_masks
 
 _ACT, _DATA = 1, 2  # gloo tags: activations (any source) and butterfly data (point to point)
@@ -109,8 +109,6 @@ class WAGMA(Algorithm):
         return (t + 1) % self.period == 0
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        with torch.no_grad():
-            broadcast_(list(model.parameters()), src=0)
         super().prepare(model, optimizer, plan)
         self.params = [p.data for p in model.parameters()]
         self.send_buf, self.send_iter = flatten(self.params), -1

@@ -104,7 +104,7 @@ def _parse(raw: str) -> object:
         try:
             return number(raw)
         except ValueError:
-            pass
+            continue  # not this kind of number: try the next, then YAML
     try:
         return yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

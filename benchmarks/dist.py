@@ -158,8 +158,8 @@ def _die_with_parent() -> None:
     """In a child: ask Linux to SIGKILL us when the launcher dies, so no rank outlives it."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    except OSError:  # no glibc (not Linux): the launcher's own SIGTERM/SIGKILL still ends the ranks
+        return
 
 
 def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) -> tuple[int, str | None]:
