@@ -13,10 +13,10 @@ import importlib
 import inspect
 import typing
 
-from algorithms.base import Algorithm, Plan
+from algorithms.base import Algorithm, Epoch, Plan
 from algorithms.topology import Topology
 
-__all__ = ["REGISTRY", "Algorithm", "Plan", "Topology", "build", "describe", "get", "names", "params"]
+__all__ = ["REGISTRY", "Algorithm", "Epoch", "Plan", "Topology", "build", "describe", "get", "names", "params"]
 
 REGISTRY: dict[str, str] = {
     "ddp": "algorithms.ddp:DDP",

@@ -1,9 +1,14 @@
-"""The interface shared by the synchronous, step-based algorithms.
+"""The interface of every algorithm.
 
 The runner calls ``prepare(model, optimizer, plan)`` once, then, after each ``loss.backward()``,
 ``step()``, which communicates and applies the optimizer; ``end_epoch(train_loss)`` once per epoch
 for schedule logic; ``eval_model()`` for the model to evaluate; ``state_dict()`` to checkpoint. An
 algorithm owns only the update: data, model, loss, evaluation and the clock belong to the runner.
+
+The asynchronous family (a parameter server, Hogwild updaters) cannot be driven one synchronous
+step at a time: such an algorithm sets ``owns_loop`` and runs each epoch's batches itself in
+``train_epoch(epoch)``. Sharding, evaluation, metrics and the clock stay with the runner, at epoch
+boundaries.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import abc
 import copy
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +41,33 @@ class Plan:
     milestones: tuple[int, ...] = ()
 
 
+@dataclass
+class Epoch:
+    """One epoch's work handed to an algorithm that owns its loop.
+
+    Args:
+        epoch: index of the epoch (0-based).
+        batches: this rank's ``(x, y)`` batches for the epoch (already sharded by ``data_shard()``).
+        task: the workload (``task.loss(model(x), y)`` is the training loss).
+        optimizer: the run's optimizer; its ``defaults`` hold lr, momentum and weight decay.
+        lr_factor: multiplier of the peak lr at a global step (warm-up and schedule).
+        step: steps per worker done before this epoch.
+        stragglers: call ``stragglers.before_step(step)`` before each batch.
+        device: where the model lives.
+        progress: call ``progress(n)`` after ``n`` batches, for the progress bar.
+    """
+
+    epoch: int
+    batches: Iterable
+    task: object
+    optimizer: torch.optim.Optimizer
+    lr_factor: Callable[[int], float]
+    step: int
+    stragglers: object
+    device: torch.device
+    progress: Callable[[int], object]
+
+
 class Algorithm(abc.ABC):
     """Base class: subclasses implement ``step`` and may override the other hooks.
 
@@ -44,6 +77,7 @@ class Algorithm(abc.ABC):
 
     overlaps_comm = False  # True where communication hides inside backward and cannot be timed apart
     broadcast_start = True  # start from rank 0's parameters (False where the wrapper does it: DDP, Horovod)
+    owns_loop = False  # True: the runner calls ``train_epoch`` instead of stepping each batch
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -70,9 +104,20 @@ class Algorithm(abc.ABC):
         self.model, self.optimizer, self.plan = model, optimizer, plan
         return model
 
-    @abc.abstractmethod
+    def data_shard(self) -> tuple[int, int]:
+        """``(replicas, index)``: how the training set is split and which part this rank reads.
+
+        Every rank is a data-parallel worker by default; a parameter server's master reads none.
+        """
+        return self.topology.world_size, self.topology.rank
+
     def step(self) -> None:
         """Communicate and update the parameters; called once after each ``loss.backward()``."""
+        raise NotImplementedError(f"{type(self).__name__} owns its loop: the runner calls train_epoch()")
+
+    def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
+        """Run one epoch's batches (``owns_loop`` algorithms); returns ``(sum of batch losses, batches)``."""
+        raise NotImplementedError(f"{type(self).__name__} is stepped by the runner: set owns_loop to use this")
 
     def end_epoch(self, train_loss: float) -> None:
         """Schedule logic at the end of an epoch; ``train_loss`` is the job-wide mean."""

@@ -141,7 +141,7 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     torch.set_num_threads(threads)
     device = bootstrap.pick_device(s["device"], topo.local_rank)
     backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device.type)
-    state = {"epoch": 0, "step": 0, "t0": None, "status": "failed", "error": None}
+    state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0}
     try:
         status, fields = _train(cfg, launch, topo, device, backend, threads, state)
     except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
@@ -171,22 +171,23 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     task = tasks.get(cfg.task)
     root = Path(s["data_root"]) if s["data_root"] else None
     train_set, val_set = task.make_datasets(root)
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=topo.rank, shuffle=True,
+    torch.manual_seed(cfg.seed)  # same initial model on every rank
+    model = task.make_model().to(device)
+    algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
+    replicas, shard = algo.data_shard()
+    sampler = DistributedSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
                                  seed=cfg.seed, drop_last=True)
-    loader = DataLoader(train_set, batch_size=h["batch_size"], sampler=sampler, drop_last=True,
-                        pin_memory=device.type == "cuda")
-    # Each rank scores a disjoint slice of the validation set; the sums are all-reduced.
+    loader = task.train_loader(train_set, sampler, h["batch_size"], model, device)
+    # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
     val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
-        raise ConfigError(f"batch_size {h['batch_size']} x {world} ranks exceeds the training set")
+        raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
 
-    torch.manual_seed(cfg.seed)  # same initial model on every rank
-    model = task.make_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=h["lr"], momentum=h["momentum"],
                                 nesterov=h["nesterov"], weight_decay=h["weight_decay"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(h, steps_per_epoch, world))
-    algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
+    lr_factor = lr_lambda(h, steps_per_epoch, replicas)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else ())
     train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
@@ -212,27 +213,37 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     for epoch in range(h["epochs"]):
         sampler.set_epoch(epoch)
         train_model.train()
-        loss_sum = torch.zeros((), device=device)
-        for x, y in loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            stragglers.before_step(state["step"])
-            optimizer.zero_grad(set_to_none=True)
-            loss = task.loss(train_model(x), y)
-            loss.backward()
-            algo.step()
-            scheduler.step()
-            loss_sum += loss.detach()
-            state["step"] += 1
-            bar.update()
+        if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
+            loss_sum, batches = algo.train_epoch(algorithms.Epoch(
+                epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=lr_factor,
+                step=state["step"], stragglers=stragglers, device=device, progress=bar.update))
+        else:
+            loss_sum, batches = torch.zeros((), dtype=torch.float64, device=device), 0
+            for x, y in loader:
+                x, y = tasks.to_device(x, device), tasks.to_device(y, device)
+                stragglers.before_step(state["step"] + batches)
+                optimizer.zero_grad(set_to_none=True)
+                loss = task.loss(train_model(x), y)
+                loss.backward()
+                algo.step()
+                scheduler.step()
+                loss_sum += loss.detach()
+                batches += 1
+                bar.update()
+        state["step"] += steps_per_epoch
+        state["batches"] += batches
+        sums = torch.tensor([float(loss_sum), float(batches)], dtype=torch.float64)
+        dist.all_reduce(sums)  # job-wide mean loss, and every rank's batches (workers only, for a server)
+        train_loss = sums[0].item() / max(sums[1].item(), 1.0)
+        samples_done = state["samples"] = state["samples"] + int(sums[1].item()) * h["batch_size"]
         state["epoch"] = epoch + 1
-        train_loss = _global_mean(loss_sum / steps_per_epoch)
         algo.end_epoch(train_loss)
         if (epoch + 1) % h["eval_every"] and epoch + 1 != h["epochs"]:
             continue
-        val_loss, val_metric = _evaluate(task, algo.eval_model(), val_loader, device)
+        val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
         wall = _global_max(time.perf_counter() - t0)
         comm = _global_mean(algo.comm_s)
-        row = {"epoch": epoch + 1, "step": state["step"], "samples": state["step"] * h["batch_size"] * world,
+        row = {"epoch": epoch + 1, "step": state["step"], "samples": samples_done,
                "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
                "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
                **algo.metrics()}
@@ -253,7 +264,7 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     if master:
         run.close()
     wall = row.get("wall_s", _global_max(time.perf_counter() - t0))
-    samples = state["step"] * h["batch_size"] * world
+    samples = state["samples"]
     return status, {
         "time_to_target_s": tta, "epochs_to_target": epochs_to_target,
         "final_metric": row.get("val_metric"), "best_metric": best if math.isfinite(best) else None,
@@ -273,24 +284,6 @@ def _global_max(value: float) -> float:
     t = torch.tensor([value], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
-
-
-@torch.no_grad()
-def _evaluate(task: tasks.Task, model: torch.nn.Module, loader: DataLoader, device: torch.device):
-    """Job-wide validation loss and top-1 accuracy of ``model`` (each rank scores its own slice)."""
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        logits = model(x)
-        sums[0] += task.loss(logits, y, reduction="sum").double()
-        sums[1] += (logits.argmax(1) == y).sum()
-        sums[2] += len(y)
-    dist.all_reduce(sums)
-    model.train(was_training)
-    loss, correct, count = sums.tolist()
-    return loss / count, correct / count
 
 
 class _Recorder:

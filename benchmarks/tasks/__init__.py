@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 REGISTRY: dict[str, str] = {
     "digits": "benchmarks.tasks.digits:TASK",
@@ -62,7 +63,13 @@ class Task:
         data_hint: for tasks that read a data root, what the root must hold; empty for embedded tasks.
         check_data: ``(data_root) -> None``, raises ``DataRootError`` naming the fix when the data is
             missing; called before any process is launched.
-        loss: the training loss.
+        loss: the training loss, ``loss(model(x), y)``; ``x`` and ``y`` may be tensors or tuples of them.
+        evaluate: ``(model, loader, device) -> (val_loss, val_metric)`` over this rank's slice of the
+            validation set, reduced across the job inside (every rank gets the job-wide numbers).
+            Default: cross-entropy and top-1 accuracy.
+        make_loader: ``(train_set, sampler, batch_size, model, device) -> batches`` with ``len()``
+            equal on every rank; default a ``DataLoader``. Tasks whose data depends on the model (the
+            RL task's rollouts) override it.
     """
 
     name: str
@@ -77,6 +84,8 @@ class Task:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
         default=nn.functional.cross_entropy
     )
+    evaluate: Callable[[nn.Module, Iterable, torch.device], tuple[float, float]] | None = None
+    make_loader: Callable[..., Iterable] | None = None
 
     def __post_init__(self) -> None:
         missing = set(HPARAM_KEYS) - set(self.hparams)
@@ -88,6 +97,48 @@ class Task:
     def embedded(self) -> bool:
         """True when the task needs no data root (its data ships with a package)."""
         return not self.data_hint
+
+
+    def validate(self, model: nn.Module, loader: Iterable, device: torch.device) -> tuple[float, float]:
+        """Job-wide ``(val_loss, val_metric)`` of ``model``; every rank calls it with its own slice."""
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            result = (self.evaluate or classification_eval)(model, loader, device)
+        model.train(was_training)
+        return result
+
+    def train_loader(self, train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module,
+                     device: torch.device) -> Iterable:
+        """This rank's training batches for one epoch (``sampler`` shards and shuffles)."""
+        if self.make_loader is not None:
+            return self.make_loader(train_set, sampler, batch_size, model, device)
+        return DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True,
+                          pin_memory=device.type == "cuda")
+
+
+def to_device(batch: object, device: torch.device) -> object:
+    """Move a tensor, or a tuple/list of them, to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(b, device) for b in batch)
+    return batch
+
+
+def classification_eval(model: nn.Module, loader: Iterable, device: torch.device) -> tuple[float, float]:
+    """Cross-entropy and top-1 accuracy; each rank scores its slice, the sums are all-reduced."""
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
+    for x, y in loader:
+        x, y = to_device(x, device), to_device(y, device)
+        logits = model(x)
+        sums[0] += nn.functional.cross_entropy(logits, y, reduction="sum").double()
+        sums[1] += (logits.argmax(1) == y).sum()
+        sums[2] += len(y)
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    loss, correct, count = sums.tolist()
+    return loss / count, correct / count
 
 
 class DataRootError(ValueError):
