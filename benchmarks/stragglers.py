@@ -1,8 +1,17 @@
 """Straggler injection, the same for every algorithm: some ranks sleep before a step's forward pass.
 
-``fixed`` is WAGMA-SGD's imbalance (spec wagma.md, 4.3): at every step exactly ``ranks`` distinct
-ranks, drawn from a generator seeded by (seed, step) and so the same on every rank without any
-communication, sleep ``delay_ms`` (the paper: 2 of 64 ranks, 320 ms). ``none`` injects nothing.
+Kinds (the ``straggler`` setting):
+
+- ``none``: nothing is injected.
+- ``fixed``: WAGMA-SGD's imbalance (spec wagma.md, 4.3). At every step exactly ``ranks`` distinct
+  ranks sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every rank
+  knows the same set without communicating. The paper delays 2 of 64 ranks by 320 ms.
+- ``gamma`` and ``gamma_het``: DANA's execution-time model (spec dana.md, 7.1, the CVB method of
+  Ali et al. 2000). Every rank sleeps a gamma-distributed time of mean ``delay_ms`` before each step.
+  ``gamma`` is the homogeneous cluster: i.i.d. times with coefficient of variation 0.1.
+  ``gamma_het`` is the heterogeneous cluster: each worker first draws its own mean speed from a gamma
+  law with CV 0.6, then its per-batch times have CV 0.1 around it. The simulator draws its per-batch
+  compute times from the same ``GammaTimes``.
 """
 
 from __future__ import annotations
@@ -10,17 +19,57 @@ from __future__ import annotations
 import random
 import time
 
-KINDS = ("none", "fixed")
+import numpy as np
+
+KINDS = ("none", "fixed", "gamma", "gamma_het")
+TASK_CV = 0.1  # V_task: per-batch variation on one machine (both environments)
+MACHINE_CV = {"gamma": 0.1, "gamma_het": 0.6}  # V_mach: homogeneous, heterogeneous
+
+
+class GammaTimes:
+    """Per-batch execution times of ``workers`` workers under DANA's gamma model.
+
+    The paper writes the mean as "B * V^2"; that is the gamma *scale*, with shape ``1/V^2``, so the
+    mean is B (spec dana.md, A-20): this reading reproduces the paper's straggler rates (P(t > 1.25
+    mean) = 0.93 % homogeneous, 27.86 % heterogeneous).
+
+    Args:
+        kind: ``gamma`` (homogeneous) or ``gamma_het`` (heterogeneous).
+        workers: number of workers.
+        mean: mean time of one batch (any unit; the simulator uses seconds).
+        seed: seeds the generator; the times depend on nothing else, so every algorithm run with
+            the same seed sees the same schedule.
+    """
+
+    def __init__(self, kind: str, workers: int, mean: float, seed: int) -> None:
+        if kind not in MACHINE_CV:
+            raise ValueError(f"Arg ``kind`` must be one of {tuple(MACHINE_CV)}, got {kind!r}.")
+        self.rng = np.random.default_rng([seed, 0x5EED])
+        shape = 1.0 / TASK_CV**2
+        if kind == "gamma":  # every machine runs at the mean speed; batches vary by TASK_CV
+            self.means = np.full(workers, float(mean))
+        else:  # per-machine mean speed p_j ~ Gamma(1/V_mach^2, mean * V_mach^2), drawn once per run
+            v = MACHINE_CV[kind]
+            self.means = self.rng.gamma(1.0 / v**2, mean * v**2, size=workers)
+        self.shape = shape
+
+    def draw(self, worker: int) -> float:
+        """The time of ``worker``'s next batch."""
+        return float(self.rng.gamma(self.shape, self.means[worker] / self.shape))
+
+    def sample(self, worker: int, n: int) -> np.ndarray:
+        """``n`` batch times of ``worker`` at once (for the tests' straggler rates)."""
+        return self.rng.gamma(self.shape, self.means[worker] / self.shape, size=n)
 
 
 class Stragglers:
     """Decides, per step, whether this rank is delayed, and sleeps if so.
 
     Args:
-        kind: ``none`` or ``fixed``.
+        kind: one of ``KINDS``.
         rank: this rank; world_size: the number of ranks.
         ranks: delayed ranks per step (``fixed``).
-        delay_ms: the delay of each delayed rank, in milliseconds (``fixed``).
+        delay_ms: the delay of each delayed rank (``fixed``) or the mean delay (``gamma*``), in ms.
         seed: the run's seed.
     """
 
@@ -35,14 +84,21 @@ class Stragglers:
         self.kind, self.rank, self.world_size = kind, rank, world_size
         self.ranks, self.delay_s, self.seed = ranks, delay_ms / 1000.0, seed
         self.delayed_steps = 0
+        # gamma: one generator for the whole job (so the heterogeneous means are drawn once, alike on
+        # every rank); each rank advances it identically and reads its own column.
+        self.times = GammaTimes(kind, world_size, self.delay_s, seed) if kind in MACHINE_CV else None
 
     def delayed(self, step: int) -> list[int]:
-        """The ranks delayed at ``step`` (identical on every rank)."""
-        if self.kind == "none":
+        """The ranks delayed at ``step`` by ``fixed`` (identical on every rank)."""
+        if self.kind != "fixed":
             return []
         return random.Random(self.seed * 1_000_003 + step).sample(range(self.world_size), self.ranks)
 
     def before_step(self, step: int) -> None:
-        if self.kind != "none" and self.rank in self.delayed(step):
+        if self.times is not None:
+            delays = [self.times.draw(r) for r in range(self.world_size)]
+            self.delayed_steps += 1
+            time.sleep(delays[self.rank])
+        elif self.kind == "fixed" and self.rank in self.delayed(step):
             self.delayed_steps += 1
             time.sleep(self.delay_s)

@@ -196,6 +196,14 @@ CIFAR100_RESNET20 = _task(
     recipe=_LPP_RESNET20,
     about="ResNet-20 on CIFAR-100, LPP-SGD recipe (300 epochs, lr x0.1 at 150/225)",
 )
+CIFAR100_WRN16_4 = _task(
+    "cifar100_wrn16_4",
+    CIFAR100Files,
+    model=functools.partial(models.wide_resnet, 16, 4, 100),  # no dropout (dana.md, Section 8.2)
+    target=0.76,  # DANA Table 4 baseline 76.72%
+    recipe=_DANA_WRN,
+    about="WRN-16-4 on CIFAR-100, DANA recipe (200 epochs, lr x0.2 at 60/120/160)",
+)
 CIFAR100_WRN16_8 = _task(
     "cifar100_wrn16_8",
     CIFAR100Files,

@@ -1,0 +1,204 @@
+"""The simulator: P asynchronous workers in one process on a virtual clock (``--set clock=simulated``).
+
+This is how the DANA paper produced most of its results (spec dana.md, 7.2): one machine studies
+the convergence of 4-64 workers. Worker i computes a gradient on the vector it was last sent; its
+batch takes a time drawn from the straggler model (``straggler=gamma`` homogeneous, ``gamma_het``
+heterogeneous, ``none`` all equal, mean ``sim_step_ms``), plus one message each way under an
+alpha-beta link model (``sim_latency_us``, ``sim_bandwidth_gbs``; JUWELS Booster's InfiniBand by
+default). The master serves gradients in arrival order with the same rules as the real parameter
+server (``algorithms/async_rules.py``). The schedule depends on the seed alone, so every algorithm
+run with one seed sees the same arrivals and the same lags, as in the paper.
+
+Only the arrival order and times are simulated: every gradient is really computed, on the stale
+vector, in the order the master would apply it (one gradient per master update, so a simulation
+costs about what one worker's training costs, whatever P). The master's own service time is not
+modelled. ``allreduce`` (and ``ddp``) simulate the synchronous reference: each step waits for the
+slowest of P batches plus a ring all-reduce and applies the mean gradient.
+
+The run directory is the usual one; times are simulated seconds and ``summary.json`` says
+``clock: simulated``. One data stream (a shuffle per epoch) feeds the workers in dispatch order
+(spec A-19); an epoch is M/B master updates (A-12). Batch-norm statistics are one shared set, updated
+by every worker's forward pass (A-18).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import platform
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.utils.data import DataLoader
+
+from algorithms import async_rules
+from algorithms.parameter_server import gradient_at
+from benchmarks import rundir, tasks
+from benchmarks.config import RunConfig
+from benchmarks.stragglers import MACHINE_CV, GammaTimes
+
+logger = logging.getLogger("benchmarks.run")
+
+SIMULATED = ("asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc", "allreduce", "ddp")
+
+
+class Clock:
+    """Per-batch compute times and message times of the virtual cluster, in seconds."""
+
+    def __init__(self, s: dict[str, object], workers: int, params: int, seed: int) -> None:
+        self.mean = s["sim_step_ms"] / 1000.0
+        self.times = GammaTimes(s["straggler"], workers, self.mean, seed) if s["straggler"] in MACHINE_CV else None
+        self.alpha = s["sim_latency_us"] * 1e-6
+        self.beta = s["sim_bandwidth_gbs"] * 1e9
+        self.bytes = 4 * params  # fp32 vectors
+        self.workers = workers
+
+    def compute(self, worker: int) -> float:
+        return self.times.draw(worker) if self.times is not None else self.mean
+
+    def message(self) -> float:
+        return self.alpha + self.bytes / self.beta
+
+    def allreduce(self) -> float:
+        """Ring all-reduce of the gradient: 2(P-1) steps, each of 1/P of the vector."""
+        p = self.workers
+        return 2 * (p - 1) * (self.alpha + self.bytes / (p * self.beta)) if p > 1 else 0.0
+
+
+def simulate(cfg: RunConfig) -> int:
+    """Run ``cfg`` on the virtual clock and write its run directory; returns the exit code."""
+    from benchmarks import run as runner  # the run directory's writers live with the real loop
+
+    s, h = cfg.settings, cfg.hparams
+    out = cfg.out
+    out.mkdir(parents=True, exist_ok=True)
+    runner._setup_logging(out / "log.txt")
+    torch.set_num_threads(s["threads"] or 1)
+    task = tasks.get(cfg.task)
+    root = Path(s["data_root"]) if s["data_root"] else None
+    train_set, val_set = task.make_datasets(root)
+    torch.manual_seed(cfg.seed)
+    model = task.make_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    workers, batch = cfg.world_size, h["batch_size"]
+    synchronous = cfg.algorithm in ("allreduce", "ddp")
+    updates_per_epoch = len(train_set) // (batch * workers if synchronous else batch)
+    if updates_per_epoch == 0:
+        print(f"error: batch_size {batch} exceeds the training set", file=sys.stderr)
+        return 2
+    lr_factor = runner.lr_lambda(h, updates_per_epoch, workers)
+    if synchronous:  # the reference: one Nesterov/heavy-ball step on the mean of P gradients
+        master = async_rules.NagAsgd(theta, 1, h["momentum"], "nesterov" if h["nesterov"] else "heavy_ball")
+    else:
+        p = cfg.algorithm_params
+        master = async_rules.make_master(
+            cfg.algorithm, theta, workers, h["momentum"], nag_form=p["nag_form"], dc_anchor=p["dc_anchor"],
+            dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]})
+    clock = Clock(s, workers, theta.numel(), cfg.seed)
+    sent = theta.repeat(workers, 1)  # what each worker computes its next gradient on
+    sent_at = [0] * workers
+    slim_v = torch.zeros_like(sent) if cfg.algorithm == "dana_slim" else None
+    arrivals = [(clock.compute(i) + clock.message(), i) for i in range(workers)]
+    heapq.heapify(arrivals)
+    val_loader = DataLoader(val_set, batch_size=256)
+
+    rundir.write_json_atomic(out / "config.json", cfg.to_json())
+    env = rundir.environment("none", "simulator", [platform.node()], torch.device("cpu"), None,
+                             torch.get_num_threads())
+    rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated"})
+    csv = rundir.MetricsWriter(out / "metrics.csv", ["gap", "lag", "sim_compute_s"])
+    wandb_run = runner._init_wandb(cfg) if s["wandb"] else None
+    from tqdm import tqdm
+
+    bar = tqdm(total=h["epochs"] * updates_per_epoch, unit="update", desc=f"{cfg.algorithm}/{cfg.task} (simulated)",
+               mininterval=1.0, leave=False)
+    data = torch.Generator().manual_seed(cfg.seed)
+    now, updates, status, best, tta, epochs_to_target, row = 0.0, 0, "completed", -math.inf, None, None, {}
+    compute_s = 0.0
+    logger.info("%s on %s: %d simulated workers (%s), %d updates/epoch", cfg.algorithm, cfg.task, workers,
+                s["straggler"], updates_per_epoch)
+    for epoch in range(h["epochs"]):
+        order = torch.randperm(len(train_set), generator=data)
+        gap_sum, lag_sum, loss_sum = 0.0, 0.0, 0.0
+        for b in range(updates_per_epoch):
+            lr = h["lr"] * lr_factor(updates)
+            if synchronous:
+                step_batches = [order[(b * workers + i) * batch:(b * workers + i + 1) * batch] for i in range(workers)]
+                grads, losses = zip(*(_gradient(model, master.params, task, train_set, idx, h["weight_decay"])
+                                      for idx in step_batches))
+                times = [clock.compute(i) for i in range(workers)]
+                now += max(times) + clock.allreduce()
+                compute_s += max(times)
+                master.apply(0, torch.stack(grads).mean(0), lr)
+                loss_sum += sum(float(x) for x in losses) / workers
+            else:
+                now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
+                g, loss = _gradient(model, sent[i], task, train_set, order[b * batch:(b + 1) * batch],
+                                    h["weight_decay"])
+                payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
+                gap_sum += async_rules.gap(master.params, sent[i])
+                lag_sum += updates - sent_at[i]
+                sent[i] = master.apply(i, payload, lr)
+                sent_at[i] = updates + 1
+                work = clock.compute(i)
+                compute_s += work
+                heapq.heappush(arrivals, (now + clock.message() + work + clock.message(), i))
+                loss_sum += float(loss)
+            updates += 1
+            bar.update()
+            if not math.isfinite(loss_sum):
+                break
+        master.end_epoch()
+        train_loss = loss_sum / updates_per_epoch
+        if math.isfinite(train_loss) and (epoch + 1) % h["eval_every"] and epoch + 1 != h["epochs"]:
+            continue
+        with torch.no_grad():
+            vector_to_parameters(master.params, model.parameters())
+        val_loss, val_metric = task.validate(model, val_loader, torch.device("cpu"))
+        row = {"epoch": epoch + 1, "step": updates, "samples": updates * batch * (workers if synchronous else 1),
+               "wall_s": now, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric, "lr": lr,
+               "comm_s": None, "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
+               "lag": 0.0 if synchronous else lag_sum / updates_per_epoch, "sim_compute_s": compute_s}
+        csv.write(row)
+        if wandb_run is not None:
+            wandb_run.log({runner._wandb_key(k): v for k, v in row.items() if isinstance(v, (int, float))},
+                          step=updates)
+        bar.write(f"epoch {epoch + 1:>3}/{h['epochs']}  train_loss {train_loss:.4f}  val_{task.metric} "
+                  f"{val_metric:.4f}  simulated {now:.1f}s  gap {row['gap']:.2e}", file=sys.stderr)
+        best = max(best, val_metric) if math.isfinite(val_metric) else best
+        if tta is None and val_metric >= task.target:
+            tta, epochs_to_target = now, epoch + 1
+        if not math.isfinite(train_loss):
+            status = "diverged"
+            break
+        if tta is not None and s["stop_at_target"]:
+            break
+    bar.close()
+    csv.close()
+    if wandb_run is not None:
+        wandb_run.finish()
+    samples = row.get("samples", 0)
+    summary = runner._summary(
+        cfg, status, time_to_target_s=tta, epochs_to_target=epochs_to_target, final_metric=row.get("val_metric"),
+        best_metric=best if math.isfinite(best) else None, final_train_loss=row.get("train_loss"),
+        epochs=row.get("epoch", 0), steps=updates, samples=samples, wall_s=now,
+        throughput=samples / now if now else None, comm_share=None)
+    summary["clock"] = "simulated"
+    rundir.write_json_atomic(out / "summary.json", summary)
+    logger.info("%s (simulated): %s", status, {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
+    return 0
+
+
+def _gradient(model, point, task, train_set, indices, weight_decay):
+    x, y = _batch(train_set, indices)
+    return gradient_at(model, point, task, x, y, weight_decay)
+
+
+def _batch(dataset, indices: torch.Tensor) -> tuple[object, object]:
+    if isinstance(dataset, torch.utils.data.TensorDataset):
+        return tuple(t[indices] for t in dataset.tensors)
+    items = [dataset[int(j)] for j in indices]
+    return tuple(torch.utils.data.default_collate(list(col)) for col in zip(*items))

@@ -1,0 +1,201 @@
+"""DANA and the asynchronous baselines: the rules on hand-checkable numbers, the spec's equivalences,
+the gamma model's straggler rates, the simulator's shared schedule, and real parameter-server runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from algorithms import async_rules as ar
+from benchmarks.stragglers import GammaTimes
+
+ROOT = Path(__file__).resolve().parent.parent
+LR, M = 0.1, 0.9
+
+
+def quadratic_grad(point: torch.Tensor) -> torch.Tensor:
+    """Gradient of 0.5 x^T A x + b^T x with a fixed well-conditioned A (float64)."""
+    a = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
+    b = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    return a @ point + b
+
+
+def run_rule(rule: str, workers: int, order: list[int], lr=LR, **knobs) -> list[torch.Tensor]:
+    """Serve gradients in ``order`` (a fixed arrival schedule); returns every vector sent."""
+    theta = torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)
+    master = ar.make_master(rule, theta, workers, M, **knobs)
+    point = [master.sent(i) for i in range(workers)]
+    v = [torch.zeros_like(theta) for _ in range(workers)]
+    out = []
+    for step, i in enumerate(order):
+        g = quadratic_grad(point[i])
+        payload = ar.slim_payload(v[i], g, M) if rule == "dana_slim" else g
+        point[i] = master.apply(i, payload, lr(step) if callable(lr) else lr)
+        out.append(point[i].clone())
+    return out
+
+
+def test_one_step_by_hand():
+    theta = torch.tensor([1.0])
+    g = torch.tensor([2.0])
+    zero = ar.make_master("dana_zero", theta, 2, M)
+    # v0 = 2; theta = 1 - 0.1*2 = 0.8; look-ahead = 0.8 - 0.1*0.9*(2 + 0) = 0.62
+    assert zero.apply(0, g, LR).item() == pytest.approx(0.62)
+    nag = ar.make_master("nag_asgd", theta, 2, M)
+    # v = 2; theta = 1 - 0.1*(2 + 0.9*2) = 0.62 (PyTorch Nesterov); heavy-ball: 1 - 0.1*2 = 0.8
+    assert nag.apply(0, g, LR).item() == pytest.approx(0.62)
+    assert ar.make_master("nag_asgd", theta, 2, M, nag_form="heavy_ball").apply(0, g, LR).item() == pytest.approx(0.8)
+    multi = ar.make_master("multi_asgd", theta, 2, M)
+    multi.apply(0, g, LR)  # v0 = 2, theta = 0.8
+    # worker 1's own momentum starts at zero: v1 = 2, theta = 0.8 - 0.2 = 0.6; worker 0 again: v0 = 1.8+2
+    assert multi.apply(1, g, LR).item() == pytest.approx(0.6)
+    assert multi.apply(0, g, LR).item() == pytest.approx(0.6 - 0.1 * 3.8)
+    v = torch.tensor([1.0])
+    assert ar.slim_payload(v, g, M).item() == pytest.approx(2 + 0.9 * 2.9) and v.item() == pytest.approx(2.9)
+
+
+def test_delay_compensation_by_hand():
+    g, drift = torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0])
+    # g + lam * g * g * drift = [1 + 2*1*0.5, 2 + 2*4*(-1)]
+    assert ar.delay_compensated(g, drift, 2.0).tolist() == [2.0, -6.0]
+    dc = ar.DelayCompensation(g, 1, lam0=2.0, mode="adaptive", decay=0.95, eps=0.0)
+    # mean square after one gradient: 0.05 * g^2 = [0.05, 0.2]; lam = 2 / sqrt(ms)
+    lam = 2.0 / torch.tensor([0.05, 0.2]).sqrt()
+    expected = g + lam * g * g * drift
+    assert torch.allclose(dc(0, g, drift), expected)
+    assert torch.allclose(dc.mean_square[0], torch.tensor([0.05, 0.2]))
+
+
+def test_dc_asgd_compensates_the_drift_since_its_last_send():
+    theta = torch.tensor([0.0])
+    master = ar.make_master("dc_asgd", theta, 2, M, dc={"lam0": 1.0, "mode": "constant", "decay": 0.95, "eps": 0.0})
+    master.apply(0, torch.tensor([1.0]), LR)  # worker 0: no drift yet; v0 = 1, theta = -0.1
+    # worker 1 computed at 0; the master moved to -0.1: g_hat = 2 + 1*4*(-0.1) = 1.6; theta = -0.1 - 0.16
+    assert master.apply(1, torch.tensor([2.0]), LR).item() == pytest.approx(-0.26)
+
+
+def test_dana_slim_sends_what_dana_zero_sends_at_constant_lr():
+    order = [0, 1, 2, 0, 2, 1, 1, 0, 2, 2, 0, 1] * 3
+    zero, slim = run_rule("dana_zero", 3, order), run_rule("dana_slim", 3, order)
+    for a, b in zip(zero, slim):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_multi_asgd_is_not_dana_slim():
+    order = [0, 1, 2, 0, 2, 1] * 3
+    diff = max((a - b).abs().max().item() for a, b in zip(run_rule("multi_asgd", 3, order),
+                                                            run_rule("dana_slim", 3, order)))
+    assert diff > 1e-3
+
+
+@pytest.mark.parametrize("rule", ["dana_zero", "dana_slim", "dana_dc", "nag_asgd"])
+def test_one_worker_is_single_worker_nag(rule):
+    """With N = 1 every DANA variant computes its gradients where torch's Nesterov SGD does."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=LR, momentum=M, nesterov=True)
+    points = []
+    for _ in range(30):
+        p.grad = quadratic_grad(p.detach())
+        opt.step()
+        points.append(p.detach().clone())
+    for a, b in zip(run_rule(rule, 1, [0] * 30), points):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_one_worker_multi_and_dc_asgd_are_heavy_ball():
+    p = torch.nn.Parameter(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=LR, momentum=M)
+    points = []
+    for _ in range(20):
+        p.grad = quadratic_grad(p.detach())
+        opt.step()
+        points.append(p.detach().clone())
+    for rule in ("multi_asgd", "dc_asgd"):
+        for a, b in zip(run_rule(rule, 1, [0] * 20), points):
+            assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_dana_dc_spec_anchor_differs_without_delay():
+    """The printed reading (drift = theta^0 - look-ahead sent) corrects even a single undelayed worker."""
+    a = run_rule("dana_dc", 1, [0] * 10, dc_anchor="sent")
+    b = run_rule("dana_zero", 1, [0] * 10)
+    assert max((x - y).abs().max().item() for x, y in zip(a, b)) > 1e-6
+
+
+def test_v_sum_stays_the_sum_of_the_momenta():
+    master = ar.make_master("dana_zero", torch.zeros(4), 3, M)
+    for step in range(200):
+        master.apply(step % 3, torch.randn(4), LR)
+    assert torch.allclose(master.v_sum, master.v.sum(0), atol=1e-5)
+
+
+def test_gamma_straggler_rates_match_the_paper():
+    """P(t > 1.25 x mean): 0.93 % homogeneous, 27.86 % heterogeneous (spec dana.md 7.1)."""
+    mean = 128.0
+    homog = GammaTimes("gamma", 1, mean, seed=0).sample(0, 400_000)
+    sd = (0.0093 * 0.9907 / homog.size) ** 0.5
+    assert homog.mean() == pytest.approx(mean, rel=0.002)
+    assert abs((homog >= 1.25 * mean).mean() - 0.0093) < 4 * sd
+    het = GammaTimes("gamma_het", 100_000, mean, seed=1)
+    times = np.concatenate([het.rng.gamma(het.shape, het.means / het.shape) for _ in range(4)])
+    sd = (0.2786 * 0.7214 / 100_000) ** 0.5  # one draw of the machine means per worker dominates
+    assert abs((times >= 1.25 * mean).mean() - 0.2786) < 4 * sd
+    assert times.mean() == pytest.approx(mean, rel=0.02)
+
+
+def simulate(tmp_path: Path, algorithm: str, workers: int, *extra: str) -> tuple[dict, list[dict]]:
+    out = tmp_path / algorithm
+    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", algorithm, "--task", "digits", "--nodes", "1",
+           "--procs-per-node", str(workers), "--seed", "3", "--out", str(out), "--set", "clock=simulated",
+           "--set", "wandb=false", *extra]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    with open(out / "metrics.csv") as f:
+        return json.loads((out / "summary.json").read_text()), list(csv.DictReader(f))
+
+
+def test_simulator_shares_one_schedule_and_writes_a_simulated_run(tmp_path):
+    a_sum, a_rows = simulate(tmp_path, "dana_dc", 8, "--set", "straggler=gamma")
+    b_sum, b_rows = simulate(tmp_path, "nag_asgd", 8, "--set", "straggler=gamma")
+    assert a_sum["clock"] == b_sum["clock"] == "simulated" and a_sum["status"] == "completed"
+    assert [r["lag"] for r in a_rows] == [r["lag"] for r in b_rows]  # identical arrival schedule
+    assert [r["wall_s"] for r in a_rows] == [r["wall_s"] for r in b_rows]
+    assert float(a_rows[-1]["lag"]) == pytest.approx(7, abs=0.5)  # homogeneous: mean lag about N - 1
+    mean_gap = [sum(float(r["gap"]) for r in rows) / len(rows) for rows in (a_rows, b_rows)]
+    assert mean_gap[0] < mean_gap[1]  # DANA's look-ahead shrinks the gap
+    assert a_sum["final_metric"] > 0.9
+
+
+def test_simulated_synchronous_reference_has_no_gap(tmp_path):
+    summary, rows = simulate(tmp_path, "allreduce", 4, "--set", "epochs=3", "--set", "straggler=gamma_het")
+    assert summary["status"] == "completed" and summary["clock"] == "simulated"
+    assert all(float(r["gap"]) == 0.0 for r in rows) and summary["final_metric"] > 0.8
+
+
+def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path):
+    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", "sgp", "--task", "digits", "--out",
+           str(tmp_path / "x"), "--set", "clock=simulated"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "has no simulator" in result.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc"])
+def test_parameter_server_trains(tmp_path, algorithm):
+    """A real master and two workers (three gloo processes) train the digits CNN far above chance (10 %)."""
+    out = tmp_path / algorithm
+    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", algorithm, "--task", "digits", "--nodes", "1",
+           "--procs-per-node", "3", "--seed", "0", "--out", str(out), "--set", "wandb=false",
+           "--set", "epochs=4", "--set", "threads=1"]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    summary = json.loads((out / "summary.json").read_text())
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert summary["status"] == "completed" and summary["best_metric"] > 0.7
+    assert summary["samples"] == 4 * (1438 // (16 * 2)) * 2 * 16  # the master reads no batch
+    assert float(rows[-1]["lag"]) > 0 and float(rows[-1]["gap"]) > 0
