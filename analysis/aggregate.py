@@ -30,7 +30,10 @@ SUMMARY_FIELDS = [
     "final_train_loss", "epochs", "steps", "samples", "wall_s", "throughput", "comm_share",
     "metric", "target", "clock", "error",
 ]
-ENV_FIELDS = ["python", "torch", "hosts", "git_commit", "backend", "launcher", "slurm_job_id"]
+ENV_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod", "hosts", "git_commit",
+              "git_dirty", "backend", "launcher", "slurm_job_id", "device", "cuda", "nccl", "platform"]
+# The run's conditions: runs differing in them are never pooled, and a speed-up never crosses them.
+CONDITION = ["straggler", "clock"]
 METRIC_COLUMNS = [
     "epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s",
 ]
@@ -77,6 +80,21 @@ def _identity(run_dir: Path, config: dict, summary: dict) -> dict:
     return ident
 
 
+def straggler_label(settings: dict) -> str:
+    """The straggler condition of a run's settings, as one label: ``none``, ``fixed 2×320 ms``, ``gamma 50 ms``.
+
+    Runs with different labels are different experiments (the report compares their throughput), so
+    the label carries every setting that changes the injected delay.
+    """
+    kind = str(settings.get("straggler") or "none")
+    delay = float(settings.get("straggler_delay_ms") or 0.0)
+    if kind == "none":
+        return "none"
+    if kind == "fixed":
+        return f"fixed {int(settings.get('straggler_ranks') or 1)}×{delay:g} ms"
+    return f"{kind} {delay:g} ms"
+
+
 def load_runs(results: Path) -> pd.DataFrame:
     """Load one row per run directory: identity, summary and environment fields.
 
@@ -84,9 +102,11 @@ def load_runs(results: Path) -> pd.DataFrame:
         results: The results directory (the one holding ``runs/``).
 
     Returns:
-        A frame with the columns ``IDENTITY + SUMMARY_FIELDS + ENV_FIELDS + ["run_dir"]``.
-        ``status`` is ``running/incomplete`` where ``summary.json`` is missing; ``hosts`` is a
-        comma-separated string; absent numbers are NaN.
+        A frame with the columns ``IDENTITY + ["straggler"] + SUMMARY_FIELDS + ENV_FIELDS +
+        ["run_dir"]``. ``status`` is ``running/incomplete`` where ``summary.json`` is missing;
+        ``straggler`` is :func:`straggler_label` of the run's settings; ``clock`` is ``wall`` or
+        ``simulated`` (from the summary, else the settings); ``hosts`` is a comma-separated string;
+        absent numbers are NaN.
     """
     rows = []
     for run_dir in run_dirs(results):
@@ -94,17 +114,21 @@ def load_runs(results: Path) -> pd.DataFrame:
         summary = _read_json(run_dir / "summary.json")
         env = _read_json(run_dir / "env.json") or {}
         row = _identity(run_dir, config, summary or {})
+        settings = config.get("settings") or {}
+        row["straggler"] = straggler_label(settings)
         row.update({k: (summary or {}).get(k) for k in SUMMARY_FIELDS})
         if summary is None:
             row["status"] = INCOMPLETE
+        row["clock"] = row["clock"] or settings.get("clock") or "wall"
         row.update({k: env.get(k) for k in ENV_FIELDS})
         if isinstance(row["hosts"], list):
             row["hosts"] = ",".join(str(h) for h in row["hosts"])
-        if row["slurm_job_id"] is not None:  # a string, or pandas turns 123 beside None into 123.0
-            row["slurm_job_id"] = str(row["slurm_job_id"])
+        for field in ("slurm_job_id", "git_dirty"):  # strings: pandas would make 123 beside None 123.0
+            if row[field] is not None:
+                row[field] = str(row[field])
         row["run_dir"] = str(run_dir)
         rows.append(row)
-    runs = pd.DataFrame(rows, columns=IDENTITY + SUMMARY_FIELDS + ENV_FIELDS + ["run_dir"])
+    runs = pd.DataFrame(rows, columns=IDENTITY + ["straggler"] + SUMMARY_FIELDS + ENV_FIELDS + ["run_dir"])
     for column in _INTEGER:
         runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("Int64")
     for column in _FLOAT:
@@ -120,8 +144,9 @@ def load_curves(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame
         runs: The output of :func:`load_runs`, if already loaded (saves reading it twice).
 
     Returns:
-        A frame with ``IDENTITY + ["status"]`` then the metrics columns; the algorithms' own
-        columns are kept (NaN for runs without them), and an empty ``comm_s`` reads as NaN.
+        A frame with ``IDENTITY + CONDITION + ["status"]`` then the metrics columns; the
+        algorithms' own columns are kept (NaN for runs without them), and an empty ``comm_s`` reads
+        as NaN.
     """
     runs = load_runs(results) if runs is None else runs
     frames = []
@@ -136,10 +161,10 @@ def load_curves(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame
             continue
         if metrics.empty:
             continue
-        ident = {k: getattr(run, k) for k in IDENTITY + ["status"]}
+        ident = {k: getattr(run, k) for k in IDENTITY + CONDITION + ["status"]}
         metrics = metrics.drop(columns=[c for c in ident if c in metrics.columns])
         frames.append(pd.concat([pd.DataFrame([ident] * len(metrics)), metrics], axis=1))
-    columns = IDENTITY + ["status"] + METRIC_COLUMNS
+    columns = IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS
     if not frames:
         return pd.DataFrame(columns=columns)
     curves = pd.concat(frames, ignore_index=True)

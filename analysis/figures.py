@@ -9,8 +9,11 @@ runs are drawn like the others (never dropped); unfinished runs are left out, si
 would stop early and pull the median down. The target is a dashed horizontal line. Simulated times
 are labelled as such on the x axis.
 
-Run as ``python -m analysis.figures --results DIR`` to write
-``DIR/figures/<suite>__<task>__n<N>x<G>__metric_vs_time.{png,svg}``.
+Run as ``python -m analysis.figures --results DIR`` to write every figure of the report into
+``DIR/figures/`` as PNG and SVG: ``<suite>__<task>__n<N>x<G>__metric_vs_time`` and
+``__traces`` (:mod:`analysis.traces`) per group, ``<suite>__<task>__scaling``
+(:mod:`analysis.scaling`) and ``__stragglers`` (:mod:`analysis.stragglers`) per suite and task,
+and ``performance_profile`` (:mod:`analysis.profile`) over all workloads.
 """
 
 from __future__ import annotations
@@ -18,17 +21,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.aggregate import INCOMPLETE, load_curves, load_runs, parse_results  # noqa: E402
-from analysis.tables import GROUP, converged  # noqa: E402
-
-FORMATS = ("png", "svg")
+from analysis import plotting, profile, scaling, stragglers, tables, traces
+from analysis.aggregate import CONDITION, INCOMPLETE, load_curves, load_runs, parse_results
+from analysis.plotting import plt
+from analysis.tables import GROUP, converged
 
 
 def figure_stem(suite: str, task: str, nodes: int, procs_per_node: int) -> str:
@@ -84,60 +83,67 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path)
     Returns:
         The paths written, PNG then SVG for each group.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     curves = curves[curves["status"] != INCOMPLETE].dropna(subset=["wall_s", "val_metric"])
     finished = runs[runs["status"] != INCOMPLETE]
     # One colour per algorithm across every figure, so the figures read side by side.
-    palette = plt.get_cmap("tab10")
-    algorithms = sorted(runs["algorithm"].dropna().unique())
-    colours = {a: palette(i % 10) for i, a in enumerate(algorithms)}
+    colours = plotting.colours(runs["algorithm"].dropna())
     paths = []
-    for key, group in curves.groupby(GROUP, sort=True):
+    for key, group in finished.groupby(GROUP, sort=True):
         suite, task, nodes, procs_per_node = key
-        group_runs = finished[(finished[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
+        group_runs = group
+        group = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for algorithm, alg_curves in group.groupby("algorithm", sort=True):
-            alg_runs = group_runs[group_runs["algorithm"] == algorithm]
+        for (algorithm, straggler, clock), alg_curves in group.groupby(
+                ["algorithm", *CONDITION], sort=True):
+            alg_runs = group_runs[(group_runs["algorithm"] == algorithm)
+                                  & (group_runs["straggler"] == straggler)
+                                  & (group_runs["clock"] == clock)]
             label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)} converged)"
+            label += "" if straggler == "none" else f" [{straggler}]"
+            label += " (simulated)" if clock == "simulated" else ""
             grid, median, low, high = median_band(alg_curves)
             colour = colours.get(algorithm)
-            ax.step(grid, median, where="post", color=colour, label=label)
+            style = "-" if straggler == "none" else "--"
+            ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
             ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
+        if group.empty:
+            ax.text(0.5, 0.5, "no evaluation was recorded (every run failed before one)",
+                    ha="center", va="center", transform=ax.transAxes, color="#555555")
         target = _first(group_runs["target"])
         if target is not None:
             ax.axhline(target, color="black", linestyle="--", linewidth=1,
                        label=f"target {target:g}")
-        simulated = "simulated" in set(group_runs["clock"].dropna())
-        ax.set_xlabel("simulated wall time (s)" if simulated else "wall time (s)")
+        ax.set_xlabel(plotting.time_label(group_runs["clock"].dropna()))
         ax.set_ylabel(f"validation {_first(group_runs['metric']) or 'metric'}")
         ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers"
                      " — median, min–max over seeds")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", ncol=2 if len(ax.get_lines()) > 6 else 1)
         fig.tight_layout()
-        stem = figure_stem(suite, task, nodes, procs_per_node)
-        for ext in FORMATS:
-            path = out_dir / f"{stem}.{ext}"
-            # No date in the metadata: the same results give byte-identical files.
-            metadata = {"Date": None} if ext == "svg" else None
-            fig.savefig(path, dpi=120, metadata=metadata)
-            paths.append(path)
-        plt.close(fig)
+        paths += plotting.save(fig, out_dir, figure_stem(suite, task, nodes, procs_per_node))
     return paths
 
 
 def write_figures(results: Path, runs: pd.DataFrame | None = None,
                   curves: pd.DataFrame | None = None) -> list[Path]:
-    """Load what is missing from ``results`` and write its figures to ``results/figures``."""
+    """Load what is missing from ``results`` and write every figure to ``results/figures``."""
     runs = load_runs(results) if runs is None else runs
     curves = load_curves(results, runs) if curves is None else curves
-    return plot_metric_vs_time(runs, curves, Path(results) / "figures")
+    out = Path(results) / "figures"
+    table = tables.time_to_target(runs)
+    groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP]
+              .drop_duplicates().itertuples(index=False)]
+    paths = plot_metric_vs_time(runs, curves, out)
+    paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups)
+    paths += scaling.plot_scaling(table[table["n"] > 0], out)
+    paths += stragglers.plot_stragglers(table, out)
+    paths += profile.plot_profile(profile.ratios(table[table["n"] > 0]), out)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: write the figures and print their paths."""
-    results = parse_results("Draw validation metric against wall time per group.", argv)
+    results = parse_results("Draw every figure of the report (PNG and SVG).", argv)
     for path in write_figures(results):
         print(path)
 

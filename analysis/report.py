@@ -1,38 +1,53 @@
 """The self-contained HTML comparison report, regenerated from ``results/`` alone.
 
-:func:`render` rebuilds every product of the analysis (``tables/runs.csv``, ``tables/curves.csv``,
-``tables/time_to_target.csv|md``, ``figures/*.png|svg``) and then writes ``report.html``: one file
-with inline CSS, the PNG figures embedded as base64 ``data:`` URIs and no scripts, so it can be
-mailed or archived as is. It opens with a summary naming, per suite, task and node count, the
-algorithm with the smallest median time to target and its speed-up over DDP; then one section per
-suite (table and figures), the runs that did not converge, failed or are unfinished, and the run
-metadata (versions, hosts, commit, backend, launcher), deduplicated.
+:func:`render` rebuilds every product of the analysis (``tables/*.csv|md``, ``figures/*.png|svg``)
+and then writes ``report.html``: one file with inline CSS, the PNG figures embedded as base64
+``data:`` URIs, no scripts and no links out, so it opens offline and can be mailed or archived as
+is. Its order is the order a reader asks in:
 
-Run as ``python -m analysis.report --results DIR``; it prints the report's path.
+1. Summary: per suite, task, node count and condition, the algorithm with the smallest median time
+   to target and its speed-up over DDP.
+2. One section per suite: the time-to-target table (k/n converged, min–max, speed-up, final and
+   best metric, throughput, communication share), scaling across node counts, throughput with and
+   without stragglers, DASO's global synchronisations, and the figures.
+3. The performance profile over all workloads (AlgoPerf-style).
+4. Paper vs this suite, one subsection per paper.
+5. The runs that did not converge, failed or are unfinished; the run metadata.
+
+Simulated times carry "(simulated)" wherever they are shown and are never divided by wall-clock
+times. Run as ``python -m analysis.report --results DIR``; it prints the report's path.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import aggregate, figures, tables
-from analysis.aggregate import INCOMPLETE, parse_results
+from analysis import aggregate, figures, papers, profile, scaling, stragglers, tables, traces
+from analysis.aggregate import CONDITION, INCOMPLETE, parse_results
 
-METADATA_FIELDS = ["python", "torch", "hosts", "git_commit", "backend", "launcher",
-                   "slurm_job_id", "clock"]
+METADATA_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod",
+                   "git_commit", "git_dirty", "hosts", "backend", "launcher", "slurm_job_id",
+                   "device", "cuda", "nccl", "platform", "clock"]
+SECTIONS = ["Summary", "Performance profile", "Paper vs this suite",
+            "Runs that did not converge or failed", "Run metadata"]
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2em; border-bottom: 1px solid #aaa; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; } tr:nth-child(even) td { background: #fafafa; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1250px; color: #222;
+       padding: 0 1em; line-height: 1.4; }
+h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2.2em; border-bottom: 1px solid #aaa; }
+h3 { margin-top: 1.6em; } nav ul { columns: 2; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+th { background: #eef1f5; position: sticky; top: 0; } tr:nth-child(even) td { background: #fafafa; }
 td.error { white-space: pre-wrap; font-family: monospace; font-size: 0.85em; max-width: 60em; }
-figure { margin: 1em 0; } img { max-width: 100%; } figcaption { color: #555; font-size: 0.9em; }
-.note { color: #555; }
+figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; } .note { color: #555; font-size: 0.95em; }
+.winner { font-weight: 600; } details { margin: 0.8em 0; } summary { cursor: pointer; color: #245; }
+dl.paper dt { font-weight: 600; float: left; clear: left; width: 9em; } dl.paper dd { margin-left: 10em; }
 """
 
 
@@ -51,24 +66,39 @@ def html_table(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> st
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _anchor(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def _h2(title: str) -> str:
+    return f'<h2 id="{_anchor(title)}">{html.escape(title)}</h2>'
+
+
+def _layout(nodes: object, procs: object) -> str:
+    return f"{nodes}×{procs}"
+
+
 def summary_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per suite, task and node count: the fastest algorithm to target and its speed-up over DDP."""
+    """Per suite, task, node count and condition: the fastest algorithm to target, its speed-up."""
     rows = []
-    for (suite, task, nodes, procs), group in table.groupby(tables.GROUP, sort=True):
+    for key, group in table.groupby(tables.GROUP + CONDITION, sort=True):
+        suite, task, nodes, procs, straggler, clock = key
         reached = group[group["k"] > 0]
-        row = {"suite": suite, "task": task, "nodes×procs": f"{nodes}×{procs}"}
+        simulated = " (simulated)" if clock == "simulated" else ""
+        row = {"suite": suite, "task": task, "nodes×procs": _layout(nodes, procs),
+               "stragglers": straggler}
         if reached.empty:
             row.update({"fastest to target": "none reached the target", "median time (s)": "—",
                         "converged (k/n)": "—", "speed-up vs DDP": "—"})
         else:
             best = reached.loc[reached["tta_median_s"].idxmin()]
-            clock = " (simulated)" if "simulated" in best["clock"] else ""
             speedup = best["speedup_vs_ddp"]
             row.update({
                 "fastest to target": best["algorithm"],
-                "median time (s)": f"{best['tta_median_s']:.1f}{clock}",
+                "median time (s)": f"{best['tta_median_s']:.1f}{simulated}",
                 "converged (k/n)": best["k/n"],
-                "speed-up vs DDP": "— (no DDP time)" if pd.isna(speedup) else f"{speedup:.2f}×",
+                "speed-up vs DDP": ("— (no DDP time)" if pd.isna(speedup)
+                                    else f"{speedup:.2f}×{simulated}"),
             })
         rows.append(row)
     return pd.DataFrame(rows)
@@ -85,19 +115,22 @@ def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each environment field with its distinct values over all runs."""
+    """Each environment field with its distinct values over all runs (fields no run has are left out)."""
     rows = []
     for field in METADATA_FIELDS:
         values = runs[field].dropna().astype(str)
         if field == "hosts":  # union of the hosts, not of the host lists
             values = pd.Series([h for v in values for h in v.split(",") if h])
         distinct = sorted(set(values))
-        rows.append({"field": field, "values": ", ".join(distinct) if distinct else "—"})
-    return pd.DataFrame(rows)
+        if distinct:
+            rows.append({"field": field, "values": ", ".join(distinct)})
+    return pd.DataFrame(rows, columns=["field", "values"])
 
 
 def _figure(path: Path, caption: str) -> str:
-    """An ``<img>`` embedding ``path`` as a base64 data URI."""
+    """An ``<img>`` embedding ``path`` as a base64 data URI, or nothing if it was not drawn."""
+    if not path.is_file():
+        return ""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
@@ -106,50 +139,178 @@ def _figure(path: Path, caption: str) -> str:
 def _syncs_section(syncs: pd.DataFrame) -> str:
     """DASO's global synchronisations beside DDP's one per step."""
     shown = syncs.drop(columns=["suite"]).assign(**{
-        "syncs": syncs["syncs"].map("{:.0f}".format), "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
+        "syncs": syncs["syncs"].map("{:.0f}".format),
+        "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
         "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
-        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(columns=["steps", "sync_bytes"])
+        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(
+            columns=["steps", "sync_bytes"])
     return ("<h3>Global synchronisations</h3><p class=\"note\">Median over seeds of the run's global "
             "(cross-node) synchronisations; DDP makes one per step.</p>" + html_table(shown))
 
 
-def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path, syncs: pd.DataFrame | None = None) -> str:
-    """One suite's heading, time-to-target table, global syncs (if any) and figures."""
+def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path,
+                   syncs: pd.DataFrame | None) -> str:
+    """One suite's heading, tables and figures."""
     shown = tables.display_table(table).drop(columns=["suite"])
-    parts = [f"<h2>Suite: {html.escape(suite)}</h2>", "<h3>Time to target</h3>", html_table(shown)]
+    parts = [_h2(f"Suite: {suite}"), "<h3>Time to target</h3>",
+             '<p class="note">Median over the seeds that reached the target, min–max beside; '
+             "k/n converged over finished seeds; speed-up = DDP's median time / the algorithm's, "
+             "same task, layout and conditions. Final and best metric, throughput and "
+             "communication share are medians over finished runs.</p>", html_table(shown)]
+    finished = table[table["n"] > 0]
+    parts.append("<h3>Validation metric against wall time</h3>")
+    for (task, nodes, procs), _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True):
+        parts.append(_figure(figure_dir / f"{figures.figure_stem(suite, task, nodes, procs)}.png",
+                             f"{suite}: {task} on {nodes}×{procs} workers, median and min–max "
+                             "over seeds; dashed: target"))
+    scale = scaling.scaling(finished)
+    parts.append("<h3>Scaling across node counts</h3>")
+    if finished["nodes"].nunique() > 1:
+        parts.append('<p class="note">Against each algorithm\'s smallest node count: speed-up and '
+                     "parallel efficiency (speed-up over the ideal ratio of workers), from time to "
+                     "target and from throughput.</p>" + html_table(scaling.display(scale)))
+    else:
+        parts.append('<p class="note">One node count in this suite: add node counts to the '
+                     "matrix to see speed-up and parallel efficiency.</p>")
+    for task in sorted(finished["task"].unique()):
+        parts.append(_figure(figure_dir / f"{scaling.figure_stem(suite, task)}.png",
+                             f"{suite}: {task}, median time to target against node count "
+                             "(log–log, min–max bars, dotted: ideal scaling)"))
+    parts.append("<h3>Throughput with and without stragglers</h3>")
+    straggling = stragglers.display(stragglers.straggler_throughput(table))
+    straggling = straggling[straggling["task"].isin(finished["task"].unique())]
+    if not straggling.empty:
+        parts.append(html_table(straggling))
+    else:
+        parts.append('<p class="note">No runs with stragglers for these tasks yet: run a matrix '
+                     "with <code>set: {straggler: fixed}</code> (or gamma) beside this one.</p>")
+    for task in sorted(finished["task"].unique()):
+        parts.append(_figure(figure_dir / f"{stragglers.figure_stem(suite, task)}.png",
+                             f"{suite}: {task}, median throughput per straggler condition"))
     if syncs is not None and not syncs.empty and (syncs["suite"] == suite).any():
         parts.append(_syncs_section(syncs[syncs["suite"] == suite]))
-    parts.append("<h3>Validation metric against wall time</h3>")
-    for (task, nodes, procs), _ in table.groupby(["task", "nodes", "procs_per_node"], sort=True):
-        png = figure_dir / f"{figures.figure_stem(suite, task, nodes, procs)}.png"
-        if png.is_file():
-            parts.append(_figure(png, f"{suite}: {task} on {nodes}×{procs} workers"))
+    parts.append("<h3>The algorithms' own traces</h3>")
+    for (task, nodes, procs), _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True):
+        parts.append(_figure(figure_dir / f"{traces.figure_stem(suite, task, nodes, procs)}.png",
+                             f"{suite}: {task} on {nodes}×{procs}: every extra numeric column of "
+                             "metrics.csv per algorithm, by epoch"))
+    return "\n".join(parts)
+
+
+def _profile_section(table: pd.DataFrame, figure_dir: Path) -> str:
+    ratios = profile.ratios(table[table["n"] > 0])
+    parts = [_h2("Performance profile"),
+             '<p class="note">AlgoPerf-style: a workload is one suite, task, layout and straggler '
+             "condition; ρ(τ) is the share of workloads on which an algorithm's median time to "
+             "target is within τ× the fastest algorithm's there. Not converged, or not run, "
+             "counts as infinitely slow. Score: area under ρ over τ in [1, 4], normalised. "
+             "Simulated and wall-clock times are profiled apart.</p>"]
+    if ratios.empty:
+        return "\n".join(parts + ["<p>No finished runs.</p>"])
+    parts.append(html_table(profile.display(profile.profile(ratios))))
+    parts.append(_figure(figure_dir / f"{profile.FIGURE_STEM}.png",
+                         "Performance profile: share of workloads within τ× the fastest"))
+    return "\n".join(parts)
+
+
+def hardware_here(runs: pd.DataFrame) -> str:
+    """The suite's hardware in one line: devices, host count and backends over the runs."""
+    def distinct(column: str) -> str:
+        return "/".join(sorted(set(runs[column].dropna().astype(str)))) or "unknown"
+
+    hosts = {h for v in runs["hosts"].dropna().astype(str) for h in v.split(",") if h}
+    if runs["world_size"].dropna().empty:
+        return "no runs yet"
+    return (f"{distinct('device')} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}, "
+            f"{distinct('backend')} backend, largest job {int(runs['world_size'].max())} processes")
+
+
+def _paper_section(paper: papers.Paper, table: pd.DataFrame, hardware: str) -> str:
+    meta = paper.meta
+    compared = papers.compare(paper, table)
+    shown = papers.display(compared)
+    measured = compared["deviation"].notna()
+    here = sorted({m for m in compared["measured_on"] if m})
+    ref = re.sub(r"^https?://", "", meta.get("url", ""))  # as text: the report links nowhere
+    rows = [("Paper", f"{meta['title']}. {meta['authors']}. {meta['venue']}." + (f" {ref}" if ref else "")),
+            ("Hardware", f"paper: {meta['hardware']}; here: {hardware}"),
+            ("Scale", f"paper: {meta['scale']}; here: {', '.join(here) if here else 'no matching runs yet'}"),
+            ("Software", meta["software"]),
+            ("Measure", meta["measure"]),
+            ("Differences", meta["differences"]),
+            ("Matrix", meta.get("matrix") or "none in config/ yet")]
+    parts = [f'<h3 id="paper-{paper.key}">{html.escape(meta["title"])}</h3>', '<dl class="paper">']
+    parts += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows]
+    parts.append("</dl>")
+    if measured.any():
+        parts.append(f"<p>{int(measured.sum())} of the paper's {len(compared)} numbers measured "
+                     "here (deviation: ratios relative, percentages in points):</p>")
+        parts.append(html_table(shown[measured]))
+    else:
+        parts.append(f"<p>None of the paper's {len(compared)} numbers is measured by the runs "
+                     "in results/ yet.</p>")
+    parts.append(f"<details><summary>All {len(compared)} published numbers, with their source"
+                 f"</summary>{html_table(shown)}</details>")
     return "\n".join(parts)
 
 
 def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
-                syncs: pd.DataFrame | None = None) -> str:
+                syncs: pd.DataFrame | None = None,
+                paper_list: list[papers.Paper] | None = None) -> str:
     """The whole report as one HTML string."""
     finished = int((runs["status"] != INCOMPLETE).sum())
+    simulated = bool((runs["clock"] == "simulated").any())
+    suites = sorted(table["suite"].unique())
+    contents = ["Summary", *[f"Suite: {s}" for s in suites], *SECTIONS[1:]]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        "<title>Time-to-accuracy report</title>", f"<style>{_CSS}</style></head><body>",
-        "<h1>Time-to-accuracy report</h1>",
-        f'<p class="note">{len(runs)} runs: {finished} finished, {len(runs) - finished} running or '
-        "incomplete. Times are medians over the seeds that reached the target (min–max beside), "
-        "k/n counts converged over finished seeds, and speed-ups are against DDP on the same task "
-        "and node count. Runs that did not converge are never dropped.</p>",
-        "<h2>Summary</h2>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>Data-parallel training: time-to-accuracy report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Data-parallel training: time-to-accuracy report</h1>",
+        f'<p class="note">{len(runs)} runs in {len(suites)} suite(s): {finished} finished, '
+        f"{len(runs) - finished} running or incomplete. Runs that did not converge are never "
+        "dropped: they count in k/n and as infinitely slow in the profile."
+        + (" Times on the simulator's virtual clock are marked (simulated) and never divided by "
+           "wall-clock times." if simulated else "") + "</p>",
+        "<nav><ul>" + "".join(f'<li><a href="#{_anchor(t)}">{html.escape(t)}</a></li>'
+                              for t in contents) + "</ul></nav>",
+        _h2("Summary"),
     ]
     summary = summary_table(table)
-    parts.append(html_table(summary) if not summary.empty else "<p>No runs found.</p>")
-    for suite, suite_table in table.groupby("suite", sort=True):
-        parts.append(_suite_section(str(suite), suite_table, figure_dir, syncs))
-    parts.append("<h2>Runs that did not converge or failed</h2>")
+    if summary.empty:
+        parts.append("<p>No runs found.</p>")
+    else:
+        lines = []
+        for row in summary.itertuples(index=False):
+            fastest = row[4]
+            if row[5] == "—":
+                lines.append(f"<li>{html.escape(row[1])} ({html.escape(row[0])}, "
+                             f"{html.escape(row[2])}): no algorithm reached the target.</li>")
+            else:
+                lines.append(f"<li>{html.escape(row[1])} ({html.escape(row[0])}, {html.escape(row[2])}"
+                             + ("" if row[3] == "none" else f", stragglers {html.escape(row[3])}")
+                             + f'): <span class="winner">{html.escape(fastest)}</span> is fastest '
+                             f"to target, in {html.escape(row[5])} s; speed-up over DDP "
+                             f"{html.escape(row[7])}.</li>")
+        parts.append("<ul>" + "".join(lines) + "</ul>")
+        parts.append(html_table(summary))
+    for suite in suites:
+        parts.append(_suite_section(str(suite), table[table["suite"] == suite], figure_dir, syncs))
+    parts.append(_profile_section(table, figure_dir))
+    parts.append(_h2("Paper vs this suite"))
+    parts.append('<p class="note">The papers\' published numbers (analysis/papers/, each with its '
+                 "source) beside the same quantity measured here: on the paper's workload where "
+                 "the suite ran it, otherwise on a substitute, where only ratios (speed-ups, time "
+                 "reductions) compare. Papers measure total time for a fixed epoch budget; so do "
+                 "these ratios (median run wall time).</p>")
+    for paper in paper_list if paper_list is not None else papers.load_papers():
+        parts.append(_paper_section(paper, table, hardware_here(runs)))
+    parts.append(_h2("Runs that did not converge or failed"))
     problems = problem_runs(runs)
     parts.append(html_table(problems, {"error": "error"}) if not problems.empty
                  else "<p>Every run reached the target.</p>")
-    parts.append("<h2>Run metadata</h2>")
+    parts.append(_h2("Run metadata"))
     parts.append(html_table(metadata_table(runs)))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

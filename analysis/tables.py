@@ -4,7 +4,8 @@ Follows the timing rules of ``../shared/DESIGN.md`` (as MLPerf Training): a run 
 converged when it completed and reached the target (``time_to_target_s`` not null); runs that did
 not converge are never dropped, they count in ``n`` and in the failure columns. Times are medians
 over the converged seeds, and the speed-up is the median DDP time over the median time of the
-algorithm on the same suite, task, node count and processes per node. Unfinished runs (no
+algorithm on the same suite, task, node count, processes per node and conditions (straggler
+injection and clock: a simulated time is never divided by a wall-clock one). Unfinished runs (no
 ``summary.json``) are counted apart in ``incomplete`` and left out of ``n``.
 
 Run as ``python -m analysis.tables --results DIR`` to write ``DIR/tables/time_to_target.csv`` and
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.aggregate import INCOMPLETE, load_runs, parse_results
+from analysis import papers, profile, scaling, stragglers
+from analysis.aggregate import CONDITION, INCOMPLETE, load_runs, parse_results
 
 BASELINE = "ddp"
 GROUP = ["suite", "task", "nodes", "procs_per_node"]
-KEYS = GROUP + ["algorithm"]
+KEYS = GROUP + CONDITION + ["algorithm"]
 FAILURES = ["failed", "diverged", "timeout"]
 
 
@@ -37,7 +39,7 @@ def _joined(values: pd.Series) -> str:
 
 
 def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
-    """Summarise the runs per suite, task, nodes, processes per node and algorithm.
+    """Summarise the runs per suite, task, nodes, processes per node, conditions and algorithm.
 
     Args:
         runs: One row per run, as :func:`analysis.aggregate.load_runs` returns.
@@ -46,9 +48,11 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         One row per group with ``n`` (finished runs), ``k`` (converged), ``k/n``,
         ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none),
         ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median), the medians of
-        ``final_metric``, ``best_metric``, ``throughput`` and ``comm_share`` over finished runs,
-        the counts ``failed``, ``diverged``, ``timeout`` and ``incomplete``, and ``metric``,
-        ``target`` and ``clock`` (``simulated`` where the times come from the simulator).
+        ``final_metric``, ``best_metric``, ``throughput``, ``comm_share`` and ``wall_s`` (the
+        whole run, for the papers' fixed-epoch comparisons) over finished runs, the counts
+        ``failed``, ``diverged``, ``timeout`` and ``incomplete``, ``metric`` and ``target``.
+        ``straggler`` and ``clock`` (``simulated`` where the times come from the simulator) are
+        part of the key.
     """
     rows = []
     for key, group in runs.groupby(KEYS, sort=True, dropna=False):
@@ -65,22 +69,23 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
             "best_metric_median": finished["best_metric"].median(),
             "throughput_median": finished["throughput"].median(),
             "comm_share_median": finished["comm_share"].median(),
+            "wall_median_s": finished["wall_s"].median(),
         })
         row.update({status: int((finished["status"] == status).sum()) for status in FAILURES})
         row["incomplete"] = len(group) - n
         row["metric"] = _joined(group["metric"])
         targets = group["target"].dropna()
         row["target"] = targets.iloc[0] if len(targets) else math.nan
-        row["clock"] = _joined(group["clock"]) or "wall"
         rows.append(row)
     columns = KEYS + [
         "n", "k", "k/n", "tta_median_s", "tta_min_s", "tta_max_s", "speedup_vs_ddp",
         "final_metric_median", "best_metric_median", "throughput_median", "comm_share_median",
-        *FAILURES, "incomplete", "metric", "target", "clock",
+        "wall_median_s", *FAILURES, "incomplete", "metric", "target",
     ]
     table = pd.DataFrame(rows, columns=[c for c in columns if c != "speedup_vs_ddp"])
-    base = table.loc[table["algorithm"] == BASELINE, GROUP + ["tta_median_s"]]
-    table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP, how="left")
+    base = table.loc[table["algorithm"] == BASELINE, GROUP + CONDITION + ["tta_median_s"]]
+    table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP + CONDITION,
+                        how="left")
     # NaN propagates: no DDP median or no algorithm median gives no speed-up.
     table["speedup_vs_ddp"] = table["_ddp"] / table["tta_median_s"]
     return table[columns]
@@ -98,6 +103,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         "task": table["task"].astype(str),
         "nodes×procs": [f"{n}×{g}" for n, g in zip(table["nodes"], table["procs_per_node"])],
         "algorithm": table["algorithm"].astype(str),
+        "stragglers": table["straggler"].astype(str),
         "converged (k/n)": table["k/n"],
         "median time to target (s)": [_num(v, ".1f") for v in table["tta_median_s"]],
         "min–max (s)": [
@@ -134,7 +140,12 @@ def to_markdown(frame: pd.DataFrame) -> str:
 
 
 def write_tables(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Write ``tables/time_to_target.csv`` (raw) and ``.md`` (formatted); return the table."""
+    """Write the report's tables as CSV (raw numbers) and return the time-to-target table.
+
+    ``tables/time_to_target.csv`` and ``.md`` (formatted), ``scaling.csv``,
+    ``performance_profile.csv`` (with ``performance_ratios.csv``, the ratios it comes from),
+    ``stragglers.csv`` and ``papers.csv`` (every published number beside the suite's).
+    """
     runs = load_runs(results) if runs is None else runs
     table = time_to_target(runs)
     out = Path(results) / "tables"
@@ -143,6 +154,15 @@ def write_tables(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFram
     markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
     (out / "time_to_target.md").write_text(markdown + to_markdown(display_table(table)),
                                            encoding="utf-8")
+    finished = table[table["n"] > 0]
+    scaling.scaling(finished).to_csv(out / "scaling.csv", index=False)
+    ratios = profile.ratios(finished)
+    ratios.to_csv(out / "performance_ratios.csv", index=False)
+    profile.profile(ratios).to_csv(out / "performance_profile.csv", index=False)
+    stragglers.straggler_throughput(table).to_csv(out / "stragglers.csv", index=False)
+    compared = [papers.compare(paper, table).assign(paper=paper.key)
+                for paper in papers.load_papers()]
+    pd.concat(compared, ignore_index=True).to_csv(out / "papers.csv", index=False)
     return table
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import aggregate, figures, report, tables
+from analysis import aggregate, figures, papers, profile, report, scaling, stragglers, tables, traces
 
 SUITE, TASK, NODES, PPN = "local", "digits", 1, 2
 TARGET = 0.9
@@ -30,14 +30,17 @@ ERROR = "RuntimeError: NCCL watchdog timed out on rank 1"
 
 def write_run(results: Path, algorithm: str, seed: int, *, status: str | None,
               tta: float | None, walls: list[float], metrics: list[float],
-              error: str | None = None, extra: dict[str, list[float]] | None = None) -> Path:
+              error: str | None = None, extra: dict[str, list[float]] | None = None,
+              suite: str = SUITE, nodes: int = NODES, settings: dict | None = None,
+              clock: str = "wall", throughput: float | None = None) -> Path:
     """Write one run directory; ``status=None`` leaves out summary.json (an unfinished run)."""
-    run_id = f"{TASK}__{algorithm}__n{NODES}x{PPN}__s{seed}"
-    run_dir = results / "runs" / SUITE / run_id
+    run_id = f"{TASK}__{algorithm}__n{nodes}x{PPN}__s{seed}"
+    run_dir = results / "runs" / suite / run_id
     run_dir.mkdir(parents=True)
-    ident = {"suite": SUITE, "run_id": run_id, "algorithm": algorithm, "task": TASK,
-             "nodes": NODES, "procs_per_node": PPN, "world_size": NODES * PPN, "seed": seed}
-    (run_dir / "config.json").write_text(json.dumps({**ident, "lr": 0.1}))
+    ident = {"suite": suite, "run_id": run_id, "algorithm": algorithm, "task": TASK,
+             "nodes": nodes, "procs_per_node": PPN, "world_size": nodes * PPN, "seed": seed}
+    (run_dir / "config.json").write_text(json.dumps({**ident, "lr": 0.1,
+                                                     "settings": settings or {"straggler": "none"}}))
     (run_dir / "env.json").write_text(json.dumps({
         "python": "3.11.7", "torch": "2.13.0", "hosts": ["node01", f"node0{2 + seed % 2}"],
         "git_commit": "f7ed4d1", "backend": "gloo", "launcher": "local", "slurm_job_id": None}))
@@ -55,8 +58,9 @@ def write_run(results: Path, algorithm: str, seed: int, *, status: str | None,
             "final_metric": metrics[-1] if metrics else None, "best_metric": max(metrics or [0]),
             "final_train_loss": 0.1, "epochs": len(walls), "steps": 10 * len(walls),
             "samples": 640 * len(walls), "wall_s": walls[-1] if walls else 0.0,
-            "throughput": 100.0 * (seed + 1), "comm_share": None if algorithm == "ddp" else 0.5,
-            "metric": "accuracy", "target": TARGET, "clock": "wall", "error": error}))
+            "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
+            "comm_share": None if algorithm == "ddp" else 0.5,
+            "metric": "accuracy", "target": TARGET, "clock": clock, "error": error}))
     return run_dir
 
 
@@ -91,6 +95,7 @@ def test_load_runs_one_row_per_directory(results: Path) -> None:
     assert runs.loc["digits__ddp__n1x2__s1", "hosts"] == "node01,node03"
     assert runs.loc["digits__ddp__n1x2__s1", "backend"] == "gloo"
     assert runs["nodes"].tolist() == [1] * 8
+    assert set(runs["straggler"]) == {"none"} and set(runs["clock"]) == {"wall"}
 
 
 def test_load_curves_keeps_every_row_and_extra_columns(results: Path) -> None:
@@ -175,12 +180,17 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
         assert (results / "tables" / name).stat().st_size > 0
     assert (results / "figures" / "local__digits__n1x2__metric_vs_time.svg").is_file()
     text = path.read_text(encoding="utf-8")
-    for heading in ["Summary", "Suite: local", "Runs that did not converge or failed",
-                    "Run metadata"]:
+    for heading in report.SECTIONS + ["Suite: local"]:
         assert f">{heading}</h2>" in text
-    summary = text.split("<h2>Summary</h2>")[1].split("<h2>")[0]
+    summary = text.split(">Summary</h2>")[1].split("<h2")[0]
     assert "<td>allreduce</td>" in summary and "1.71×" in summary and "7.0" in summary
-    problems = text.split("did not converge or failed</h2>")[1].split("<h2>")[0]
+    for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
+        assert (results / "tables" / name).stat().st_size > 0
+    for stem in ["local__digits__n1x2__traces", "local__digits__scaling",
+                 "local__digits__stragglers", "performance_profile"]:
+        assert (results / "figures" / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
+        assert (results / "figures" / f"{stem}.svg").is_file()
+    problems = text.split("did not converge or failed</h2>")[1].split("<h2")[0]
     assert "digits__allreduce__n1x2__s2" in problems and ERROR in problems
     assert "digits__ddp__n1x2__s3" in problems and aggregate.INCOMPLETE in problems
     assert "digits__ddp__n1x2__s0" not in problems
@@ -208,3 +218,145 @@ def test_global_syncs_against_ddp_on_hand_made_curves():
     row = out.iloc[0]
     assert row["syncs"] == 37 and row["steps"] == 66  # median of 36 and 38; 3 epochs x 22 steps
     assert abs(row["saved vs DDP"] - (1 - 37 / 66)) < 1e-12 and row["sync_bytes"] == 3700
+
+
+def test_straggler_label_names_every_setting_that_changes_the_delay() -> None:
+    assert aggregate.straggler_label({}) == "none"
+    assert aggregate.straggler_label({"straggler": "fixed", "straggler_ranks": 2,
+                                      "straggler_delay_ms": 320.0}) == "fixed 2×320 ms"
+    assert aggregate.straggler_label({"straggler": "gamma_het", "straggler_delay_ms": 50}) == \
+        "gamma_het 50 ms"
+
+
+def _row(algorithm: str, nodes: int, tta: float, throughput: float, **extra: object) -> dict:
+    """One time-to-target table row, only the columns the derived tables read."""
+    row = {"suite": "s", "task": "t", "nodes": nodes, "procs_per_node": 2, "straggler": "none",
+           "clock": "wall", "algorithm": algorithm, "n": 3, "k": 3 if tta == tta else 0,
+           "tta_median_s": tta, "tta_min_s": tta, "tta_max_s": tta,
+           "throughput_median": throughput, "wall_median_s": 2 * tta}
+    row.update(extra)
+    return row
+
+
+def test_scaling_speedup_and_parallel_efficiency() -> None:
+    # ddp: 100 s on 1 node, 60 s on 2, 40 s on 4 (workers 2, 4, 8); throughput 10, 18, 30.
+    table = pd.DataFrame([_row("ddp", 1, 100.0, 10.0), _row("ddp", 2, 60.0, 18.0),
+                          _row("ddp", 4, 40.0, 30.0), _row("daso", 2, math.nan, 20.0),
+                          _row("daso", 4, 30.0, 36.0)])
+    out = scaling.scaling(table).set_index(["algorithm", "nodes"])
+    assert out.loc[("ddp", 2), "speedup_tta"] == pytest.approx(100 / 60)
+    assert out.loc[("ddp", 4), "efficiency_tta"] == pytest.approx(2.5 / 4)
+    assert out.loc[("ddp", 4), "efficiency_throughput"] == pytest.approx(3.0 / 4)
+    # daso never reached the target on 2 nodes: its time reference is 4 nodes, its throughput 2.
+    assert out.loc[("daso", 4), "reference_nodes"] == 4
+    assert out.loc[("daso", 4), "speedup_tta"] == 1.0
+    assert math.isnan(out.loc[("daso", 2), "speedup_tta"])
+    assert out.loc[("daso", 4), "efficiency_throughput"] == pytest.approx(1.8 / 2)
+
+
+def test_performance_profile_values() -> None:
+    # Three workloads (1, 2, 4 nodes). a: 10, 30, 40 s; b: 20, 15, never; c: only on 1 node, 50 s.
+    table = pd.DataFrame([
+        _row("a", 1, 10.0, 1.0), _row("a", 2, 30.0, 1.0), _row("a", 4, 40.0, 1.0),
+        _row("b", 1, 20.0, 1.0), _row("b", 2, 15.0, 1.0), _row("b", 4, math.nan, 1.0),
+        _row("c", 1, 50.0, 1.0)])
+    ratios = profile.ratios(table)
+    r = ratios.set_index(["algorithm", "nodes"])["ratio"]
+    assert (r[("a", 1)], r[("a", 2)], r[("a", 4)]) == (1.0, 2.0, 1.0)
+    assert (r[("b", 1)], r[("b", 2)]) == (2.0, 1.0) and math.isinf(r[("b", 4)])
+    assert r[("c", 1)] == 5.0 and math.isinf(r[("c", 2)])  # not run counts as infinite
+    prof = profile.profile(ratios).set_index("algorithm")
+    assert prof.loc["a", "rho(1)"] == pytest.approx(2 / 3)
+    assert prof.loc["a", "rho(2)"] == 1.0 and prof.loc["b", "rho(2)"] == pytest.approx(2 / 3)
+    assert prof.loc["c", "rho(4)"] == 0.0 and prof.loc["a", "wins"] == 2
+    # Score: area of rho over [1, 4] / 3. a: (3 + 2 + 3) / 9; b: (2 + 3 + 0) / 9; c: 0.
+    assert prof.loc["a", "score"] == pytest.approx(8 / 9)
+    assert prof.loc["b", "score"] == pytest.approx(5 / 9)
+    assert prof.loc["c", "score"] == 0.0
+    assert list(prof.index) == ["a", "b", "c"]
+
+
+def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
+    runs = pd.DataFrame([
+        {"suite": "s", "task": "t", "nodes": 1, "procs_per_node": 2, "straggler": "none",
+         "clock": clock, "algorithm": alg, "status": "completed", "time_to_target_s": tta,
+         "final_metric": 0.9, "best_metric": 0.9, "throughput": 1.0, "comm_share": 0.1,
+         "wall_s": tta, "metric": "accuracy", "target": 0.9}
+        for alg, clock, tta in (("ddp", "wall", 10.0), ("dana_slim", "simulated", 2.0),
+                                ("ddp", "simulated", 4.0), ("local_sgd", "wall", 5.0))])
+    table = tables.time_to_target(runs).set_index(["algorithm", "clock"])
+    assert table.loc[("dana_slim", "simulated"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2
+    assert table.loc[("local_sgd", "wall"), "speedup_vs_ddp"] == 2.0
+    summary = report.summary_table(table.reset_index())
+    simulated = summary[summary["median time (s)"].str.contains("simulated")]
+    assert simulated["fastest to target"].tolist() == ["dana_slim"]
+    assert simulated["speed-up vs DDP"].tolist() == ["2.00× (simulated)"]
+
+
+def test_throughput_with_and_without_stragglers() -> None:
+    table = pd.DataFrame([
+        _row("wagma", 1, 10.0, 100.0), _row("wagma", 1, 12.0, 80.0, straggler="fixed 1×50 ms",
+                                            suite="other"),
+        _row("ddp", 1, 10.0, 100.0), _row("ddp", 1, 20.0, 40.0, straggler="fixed 1×50 ms",
+                                          suite="other")])
+    out = stragglers.straggler_throughput(table).set_index(["algorithm", "straggler"])
+    assert out.loc[("wagma", "fixed 1×50 ms"), "retained"] == pytest.approx(0.8)
+    assert out.loc[("ddp", "fixed 1×50 ms"), "retained"] == pytest.approx(0.4)
+    assert out.loc[("ddp", "none"), "retained"] == 1.0
+    shown = stragglers.display(stragglers.straggler_throughput(table))
+    assert shown["retained"].tolist() == ["40%", "80%"]
+
+
+def test_traces_find_every_extra_numeric_column(results: Path) -> None:
+    curves = aggregate.load_curves(results)
+    curves["phase"] = "warmup"  # a text column: no trace
+    assert traces.trace_columns(curves) == [("allreduce", "bucket_mb")]
+    band = traces.epoch_band(curves[curves["algorithm"] == "allreduce"], "bucket_mb")
+    assert band["epoch"].tolist() == [1, 2] and band["median"].tolist() == [25.0, 25.0]
+
+
+def test_paper_numbers_compare_on_the_same_or_a_substituted_workload(tmp_path: Path) -> None:
+    (tmp_path / "papers.yaml").write_text(
+        "p:\n  title: T\n  authors: A\n  venue: V\n  url: ''\n  data: p.csv\n  hardware: H\n"
+        "  software: S\n  scale: X\n  measure: M\n  differences: D\n")
+    header = ("source,from_plot,workload,task,workers,straggler,setting,paper_algorithm,algorithm,"
+              "paper_baseline,baseline,quantity,value,spread,unit,note\n")
+    (tmp_path / "p.csv").write_text(header + "\n".join([
+        "Table 1,false,W,t,4,none,s,A,a,B,ddp,speedup,1.5,,x,",            # run at 2x2: same
+        "Table 1,false,W,t,4,none,s,A,a,,,final_metric,80,,%,",             # same workload
+        "Fig. 2,true,W,u,64,none,s,A,a,B,ddp,time_reduction,25,,%,",         # substituted
+        "Fig. 2,true,W,u,64,none,s,A,a,,,final_metric,70,,%,",               # not comparable
+        "Text,false,W,t,4,none,s,A,,B,ddp,speedup,2,,x,",                     # not in the suite
+        "Text,false,W,t,4,none,s,A,a,,,time,3,,h,",                           # absolute time
+    ]) + "\n")
+    [paper] = papers.load_papers(tmp_path)
+    table = pd.DataFrame([_row("a", 2, 10.0, 1.0, final_metric_median=0.85),
+                          _row("ddp", 2, 15.0, 1.0, final_metric_median=0.84)])
+    table["wall_median_s"] = [30.0, 60.0]
+    out = papers.compare(paper, table)
+    assert out.loc[0, "suite_value"] == 2.0 and out.loc[0, "comparison"] == "same workload"
+    assert out.loc[0, "deviation"] == pytest.approx(2.0 / 1.5 - 1)
+    assert out.loc[1, "suite_value"] == pytest.approx(85.0)
+    assert out.loc[1, "deviation"] == pytest.approx(5.0)
+    assert out.loc[2, "suite_value"] == pytest.approx(50.0)
+    assert out.loc[2, "comparison"] == "substituted workload" and out.loc[2, "deviation"] == 25.0
+    assert math.isnan(out.loc[3, "suite_value"]) and out.loc[3, "comparison"].startswith("not comparable")
+    assert out.loc[4, "comparison"] == "not in the suite"
+    assert out.loc[5, "comparison"].startswith("absolute")
+    shown = papers.display(out)
+    assert shown.loc[2, "source"] == "Fig. 2 (read from plot)" and shown.loc[1, "deviation"] == "+5.0 pp"
+
+
+def test_shipped_paper_numbers_have_their_source() -> None:
+    loaded = papers.load_papers()
+    assert {p.key for p in loaded} == {"daso", "wagma", "dana", "lpp_sgd"}
+    for paper in loaded:
+        numbers = paper.numbers
+        assert len(numbers) > 10 and numbers["source"].str.len().min() > 0
+        assert set(numbers["from_plot"].astype(str).str.lower()) <= {"true", "false"}
+        assert numbers["value"].notna().all()
+        assert set(numbers["quantity"]) <= {"final_metric", "time", "speedup", "time_reduction",
+                                             "throughput_speedup", "throughput"}
+    wagma = next(p for p in loaded if p.key == "wagma").numbers
+    row = wagma[(wagma["baseline"] == "allreduce") & (wagma["quantity"] == "speedup")]
+    assert row["value"].tolist() == [1.63] and row["source"].str.startswith("Fig. 5").all()

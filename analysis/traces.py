@@ -1,0 +1,94 @@
+"""The algorithms' own traces: every extra numeric column of ``metrics.csv`` over epochs.
+
+An algorithm may log columns of its own beside the common ones (DASO's ``B`` and ``S`` and its
+global synchronisations, DANA's ``gap``, a model spread across workers, SGP's push-sum weight). This
+module finds them generically: any column outside the common ones that holds numbers for an
+algorithm gets a panel, so a new algorithm's trace appears in the report without a line of
+analysis code. Each panel shows the median over seeds against the epoch with the min–max band;
+epochs align across seeds, unlike wall times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plotting
+from analysis.aggregate import CONDITION, IDENTITY, METRIC_COLUMNS
+from analysis.plotting import plt
+from analysis.tables import GROUP
+
+COMMON = set(IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS)
+COLUMNS_PER_ROW = 3
+
+
+def trace_columns(curves: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(algorithm, column)`` for every extra column that holds a number for that algorithm."""
+    extra = [c for c in curves.columns if c not in COMMON]
+    pairs = []
+    for algorithm, rows in curves.groupby("algorithm", sort=True):
+        for column in extra:
+            values = pd.to_numeric(rows[column], errors="coerce")
+            if values.notna().any():
+                pairs.append((algorithm, column))
+    return pairs
+
+
+def epoch_band(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Median, min and max over seeds of ``column`` per epoch; columns ``epoch, median, low, high``."""
+    values = rows.assign(value=pd.to_numeric(rows[column], errors="coerce")).dropna(subset=["value"])
+    band = values.groupby("epoch")["value"].agg(["median", "min", "max"]).reset_index()
+    return band.rename(columns={"min": "low", "max": "high"})
+
+
+def figure_stem(suite: str, task: str, nodes: int, procs_per_node: int) -> str:
+    """File name (without extension) of the traces figure of one group."""
+    return plotting.safe_stem(f"{suite}__{task}__n{nodes}x{procs_per_node}__traces")
+
+
+def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None = None) -> list[Path]:
+    """Draw one figure per suite, task and layout with a panel per (algorithm, own column).
+
+    Args:
+        curves: Evaluations (:func:`analysis.aggregate.load_curves`), unfinished runs included.
+        out_dir: Directory for the figures.
+        groups: ``(suite, task, nodes, procs_per_node)`` keys to draw even without curves (an
+            explanatory figure then), so that every group's file exists.
+
+    Returns:
+        The paths written, PNG then SVG per figure.
+    """
+    colour = plotting.colours(curves["algorithm"].dropna())
+    keys = {tuple(k) for k in curves[GROUP].drop_duplicates().itertuples(index=False)}
+    keys |= set(groups or [])
+    paths = []
+    for key in sorted(keys):
+        suite, task, nodes, ppn = key
+        rows = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
+        pairs = trace_columns(rows) if not rows.empty else []
+        title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
+        stem = figure_stem(suite, task, nodes, ppn)
+        if not pairs:
+            fig = plotting.empty_figure("No algorithm here logs columns of its own in metrics.csv.",
+                                        title)
+            paths += plotting.save(fig, out_dir, stem)
+            continue
+        n_rows = -(-len(pairs) // COLUMNS_PER_ROW)
+        n_cols = min(len(pairs), COLUMNS_PER_ROW)
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 2.9 * n_rows),
+                                 squeeze=False)
+        for ax, (algorithm, column) in zip(axes.flat, pairs):
+            band = epoch_band(rows[rows["algorithm"] == algorithm], column)
+            ax.plot(band["epoch"], band["median"], color=colour[algorithm], marker=".")
+            ax.fill_between(band["epoch"], band["low"], band["high"], color=colour[algorithm],
+                            alpha=0.2, linewidth=0)
+            ax.set_title(f"{algorithm}: {column}", fontsize="medium")
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(pairs):]:
+            ax.axis("off")
+        fig.suptitle(title + " (median, min–max over seeds)", fontsize="medium")
+        fig.tight_layout()
+        paths += plotting.save(fig, out_dir, stem)
+    return paths
