@@ -31,9 +31,14 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
     "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
-    "straggler": (str, "none"),  # none | fixed (benchmarks/stragglers.py)
+    "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
+    "straggler": (str, "none"),  # none | fixed | gamma | gamma_het (benchmarks/stragglers.py)
     "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
-    "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank
+    "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank; gamma*: mean delay
+    "clock": (str, "wall"),  # wall | simulated (benchmarks/simulator.py: P logical workers, one process)
+    "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
+    "sim_latency_us": (float, 5.0),  # simulated: per-message latency (JUWELS Booster InfiniBand HDR)
+    "sim_bandwidth_gbs": (float, 25.0),  # simulated: link bandwidth, GB/s (HDR200)
 }
 
 
@@ -214,12 +219,27 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):
         raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
-    if s["straggler"] not in ("none", "fixed"):
-        raise ConfigError(f"--set straggler: must be none or fixed, got {s['straggler']!r}")
+    if s["straggler"] not in ("none", "fixed", "gamma", "gamma_het"):
+        raise ConfigError(f"--set straggler: must be none, fixed, gamma or gamma_het, got {s['straggler']!r}")
+    if s["clock"] not in ("wall", "simulated"):
+        raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
+    if s["clock"] == "simulated":
+        from benchmarks import simulator
+
+        if config.algorithm not in simulator.SIMULATED:
+            raise ConfigError(f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
+                              f"simulated algorithms: {', '.join(simulator.SIMULATED)}")
+        if s["straggler"] == "fixed":
+            raise ConfigError("--set clock=simulated: straggler must be none, gamma or gamma_het")
+        for key in ("sim_step_ms", "sim_bandwidth_gbs"):
+            if s[key] <= 0:
+                raise ConfigError(f"--set {key}: must be positive, got {s[key]}")
     if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= config.world_size:
         raise ConfigError(f"--set straggler_ranks: must be in 1..{config.world_size}, got {s['straggler_ranks']}")
     if s["straggler_delay_ms"] < 0:
         raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
+    if s["checkpoint_every"] < 0:
+        raise ConfigError(f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}")
     if s["collective_timeout_s"] <= 0:
         raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
 
@@ -273,3 +293,33 @@ def available_algorithms(names: list[str]) -> list[str]:
         else:
             kept.append(name)
     return kept
+
+
+MATRIX_KEYS = ("suite", "algorithms", "tasks", "nodes", "procs_per_node", "seeds", "set")
+
+
+def matrices(config: dict[str, object]) -> list[dict[str, object]]:
+    """The sub-matrices of a workflow config, each complete: suite, algorithms, tasks, nodes,
+    procs_per_node, seeds and set (a list of ``key=value``).
+
+    A config is one matrix, or several under ``matrices:`` (a paper whose experiments differ in
+    environment or recipe, such as DANA's homogeneous and heterogeneous runs). Each entry inherits
+    every top-level key it does not give; its ``set`` is merged over the top-level one. Suites must
+    differ, since a run's identity within a suite is task, algorithm, nodes and seed.
+    """
+    base = {k: config[k] for k in MATRIX_KEYS if k in config}
+    entries = config.get("matrices") or [{}]
+    result, suites = [], set()
+    for n, entry in enumerate(entries):
+        m = {**base, **{k: v for k, v in entry.items() if k != "set"}}
+        m["set"] = {**base.get("set", {}), **entry.get("set", {})}
+        missing = [k for k in MATRIX_KEYS if k not in m]
+        if missing:
+            raise ConfigError(f"matrix {n + 1} ({m.get('suite', '?')}) lacks {', '.join(missing)}: give them "
+                              "at the top level of the config or in the entry")
+        if m["suite"] in suites:
+            raise ConfigError(f"two matrices share the suite {m['suite']!r}; give each its own suite")
+        suites.add(m["suite"])
+        m["overrides"] = [f"{k}={yaml_value(v)}" for k, v in m["set"].items()]
+        result.append(m)
+    return result
