@@ -149,8 +149,8 @@ def _syncs_section(syncs: pd.DataFrame) -> str:
 
 
 def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path,
-                   syncs: pd.DataFrame | None) -> str:
-    """One suite's heading, tables and figures."""
+                   syncs: pd.DataFrame | None, all_suites: pd.DataFrame) -> str:
+    """One suite's heading, tables and figures; ``all_suites`` supplies the straggler pairs."""
     shown = tables.display_table(table).drop(columns=["suite"])
     parts = [_h2(f"Suite: {suite}"), "<h3>Time to target</h3>",
              '<p class="note">Median over the seeds that reached the target, min–max beside; '
@@ -177,8 +177,11 @@ def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path,
                              f"{suite}: {task}, median time to target against node count "
                              "(log–log, min–max bars, dotted: ideal scaling)"))
     parts.append("<h3>Throughput with and without stragglers</h3>")
-    straggling = stragglers.display(stragglers.straggler_throughput(table))
-    straggling = straggling[straggling["task"].isin(finished["task"].unique())]
+    pooled = stragglers.straggler_throughput(all_suites)
+    layouts = set(zip(finished["task"], finished["nodes"], finished["procs_per_node"]))
+    pooled = pooled[[k in layouts for k in zip(pooled["task"], pooled["nodes"],
+                                               pooled["procs_per_node"])]]
+    straggling = stragglers.display(pooled)
     if not straggling.empty:
         parts.append(html_table(straggling))
     else:
@@ -296,7 +299,8 @@ def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
         parts.append("<ul>" + "".join(lines) + "</ul>")
         parts.append(html_table(summary))
     for suite in suites:
-        parts.append(_suite_section(str(suite), table[table["suite"] == suite], figure_dir, syncs))
+        parts.append(_suite_section(str(suite), table[table["suite"] == suite], figure_dir, syncs,
+                                    table))
     parts.append(_profile_section(table, figure_dir))
     parts.append(_h2("Paper vs this suite"))
     parts.append('<p class="note">The papers\' published numbers (analysis/papers/, each with its '
