@@ -29,6 +29,8 @@ REGISTRY: dict[str, str] = {
     "adpsgd": "algorithms.adpsgd:ADPSGD",
     "daso": "algorithms.daso:DASO",
     "wagma": "algorithms.wagma:WAGMA",
+    "lap_sgd": "algorithms.lpp_sgd:LAPSGD",
+    "lpp_sgd": "algorithms.lpp_sgd:LPPSGD",
 }
 
 

@@ -1,0 +1,310 @@
+"""Hogwild machinery of LAP-SGD and LPP-SGD: the update rules as pure functions, and the updaters.
+
+Each worker (rank) holds one model in shared memory. ``UpdaterPool`` starts U updater processes that
+train it lock-free, each with its own momentum buffers, from the batches the rank's main process
+(the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots. The updaters never
+touch ``torch.distributed``. The rules follow spec lpp_sgd.md: equal-parameter-count contiguous
+blocks (3.2), the per-updater full/partial toggle after T_st (3.3), the averaging period (3.4), the
+learning rate (3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the gradient
+(3.7), and the averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import queue
+import signal
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+
+def contiguous_blocks(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """Split a list of tensors (their ``numel``) into ``parts`` contiguous ``[start, stop)`` ranges.
+
+    Blocks hold ``ceil(total / parts)`` coordinates each, and a tensor belongs to the block in which
+    its first coordinate falls: the equal-parameter-count split of the official code (spec 3.2),
+    which reproduces the spec's table of boundaries. Updater ``r`` owns block ``r``.
+    """
+    if parts < 1:
+        raise ValueError(f"Arg ``parts`` must be a positive integer, got {parts}.")
+    chunk = math.ceil(sum(sizes) / parts)
+    starts = [0, *itertools.accumulate(sizes)][: len(sizes)]
+    bounds = [sum(1 for s in starts if s < m * chunk) for m in range(parts)] + [len(sizes)]
+    blocks = list(zip(bounds[:-1], bounds[1:]))
+    if any(lo == hi for lo, hi in blocks):
+        raise ValueError(f"Arg ``updaters`` ({parts}) leaves an empty block: a tensor of the model spans more "
+                         f"than 1/{parts} of its parameters; use fewer updaters.")
+    return blocks
+
+
+def warmed_up_lr(base_lr: float, batch_size: int, workers: int, base_batch: int, boost: float = 1.0) -> float:
+    """alpha_w = base_lr x B_loc x Q / B_base (x 1.25 for LPP-SGD): the rate reached after warm-up (3.5).
+
+    U does not enter: the updaters of one worker share its learning rate.
+    """
+    return base_lr * batch_size * workers / base_batch * boost
+
+
+def lr_at(epoch: float, start_lr: float, peak_lr: float, warmup_epochs: int, epochs: int) -> float:
+    """The rate at fractional epoch ``epoch``: linear warm-up, then cosine annealing to 0 (3.5).
+
+    The cosine period is ``epochs + 0.1 - warmup_epochs`` as in the official code, so the last
+    update still has a small positive rate.
+    """
+    if epoch < warmup_epochs:
+        return start_lr + (peak_lr - start_lr) * epoch / warmup_epochs
+    t_max = epochs + 0.1 - warmup_epochs
+    return peak_lr * (1.0 + math.cos(math.pi * (epoch - warmup_epochs) / t_max)) / 2.0
+
+
+def averaging_period(epoch: float, switch_epoch: int, period: int) -> int:
+    """K: 1 (average as often as possible) before ``switch_epoch``, then H = ``period`` (3.4)."""
+    return 1 if epoch < switch_epoch else period
+
+
+def apply_average_(live: list[torch.Tensor], snapshot: torch.Tensor, average: torch.Tensor) -> None:
+    """x += (average - snapshot), slice by slice, in place and without a lock (Algorithm 1, 15-16).
+
+    Adding the difference instead of copying the average keeps what the updaters wrote into ``live``
+    after the snapshot was taken.
+    """
+    delta = average - snapshot
+    offset = 0
+    for t in live:
+        t.add_(delta[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def sgd_step_(params: list[torch.Tensor], grads: Sequence[torch.Tensor], bufs: list[torch.Tensor],
+              started: torch.Tensor, lr: float, momentum: float, nesterov: bool, weight_decay: float) -> None:
+    """One SGD step of the official code's optimizer (3.6) on ``params``, in place.
+
+    Coupled L2 weight decay on the live value, PyTorch's momentum (the buffer starts as the first
+    direction, dampening 0), Nesterov if asked. ``started[i]`` tells whether ``bufs[i]`` holds a
+    direction yet; the flags live beside the buffers so that they survive a checkpoint.
+    """
+    with torch.no_grad():
+        for i, (p, g, buf) in enumerate(zip(params, grads, bufs)):
+            d = g.add(p, alpha=weight_decay) if weight_decay else g
+            if momentum:
+                if started[i]:
+                    buf.mul_(momentum).add_(d)
+                else:
+                    buf.copy_(d)
+                    started[i] = True
+                d = d.add(buf, alpha=momentum) if nesterov else buf
+            p.add_(d, alpha=-lr)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What an updater needs to know of the run's schedule, counted in this worker's updates s.
+
+    Args:
+        steps_per_epoch: N_b, batches per epoch of one worker's shard (the epoch is e = s / N_b).
+        epochs: E. start_lr, peak_lr, warmup_epochs: as ``lr_at``.
+        partial_start_epoch: T_st in epochs for LPP-SGD (partial steps from there on); ``None``
+            for LAP-SGD (full gradients always).
+    """
+
+    steps_per_epoch: int
+    epochs: int
+    start_lr: float
+    peak_lr: float
+    warmup_epochs: int
+    partial_start_epoch: int | None
+
+    def lr(self, s: int) -> float:
+        return lr_at(s / self.steps_per_epoch, self.start_lr, self.peak_lr, self.warmup_epochs, self.epochs)
+
+    def alternates(self, s: int) -> bool:
+        """Whether the updater flips between full and partial steps after update ``s``."""
+        return self.partial_start_epoch is not None and s / self.steps_per_epoch >= self.partial_start_epoch
+
+
+class Updater:
+    """One updater's step on the shared model: its block, its momentum buffers, its full/partial toggle.
+
+    Args:
+        model: the shared model (forward reads the live parameters: Hogwild's torn snapshot).
+        block: ``[start, stop)`` of the tensors this updater owns for partial steps.
+        bufs: one momentum buffer per parameter tensor; started: their flags (bool, one per tensor).
+        toggle: one-element int tensor, 1 when the next step is partial (shared, for checkpoints).
+        momentum, nesterov, weight_decay: the run's optimizer settings.
+    """
+
+    def __init__(self, model: nn.Module, block: tuple[int, int], bufs: list[torch.Tensor], started: torch.Tensor,
+                 toggle: torch.Tensor, momentum: float, nesterov: bool, weight_decay: float) -> None:
+        self.model, self.params = model, list(model.parameters())
+        self.block, self.bufs, self.started, self.toggle = block, bufs, started, toggle
+        self.momentum, self.nesterov, self.weight_decay = momentum, nesterov, weight_decay
+
+    def gradients(self, batch: tuple, loss_fn: Callable) -> tuple[float, tuple[int, int], tuple[torch.Tensor, ...]]:
+        """The loss and the gradients w.r.t. the whole model or, on a partial step, only this
+        updater's block: autograd then skips the other weight gradients (partial back-propagation)."""
+        x, y = batch
+        loss = loss_fn(self.model(x), y)
+        lo, hi = self.block if int(self.toggle) else (0, len(self.params))
+        return loss.item(), (lo, hi), torch.autograd.grad(loss, self.params[lo:hi])
+
+    def apply(self, span: tuple[int, int], grads: Sequence[torch.Tensor], lr: float, alternate: bool) -> None:
+        """Update the tensors of ``span`` (their momentum only), then flip the toggle if alternating."""
+        lo, hi = span
+        sgd_step_(self.params[lo:hi], grads, self.bufs[lo:hi], self.started[lo:hi], lr, self.momentum,
+                  self.nesterov, self.weight_decay)
+        if alternate:
+            self.toggle.fill_(1 - int(self.toggle))
+
+
+def batch_tensors(batch: object) -> list[torch.Tensor]:
+    """The tensors of a batch that may nest tuples and lists, in order."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    return [t for b in batch for t in batch_tensors(b)]
+
+
+def _fill(template: object, leaves: list[torch.Tensor]) -> object:
+    """The batch of ``template``'s nesting with ``leaves`` in place of its tensors (consumes the list)."""
+    if isinstance(template, torch.Tensor):
+        return leaves.pop(0)
+    return type(template)(_fill(t, leaves) for t in template)
+
+
+class UpdaterPool:
+    """U updater processes training one shared model, fed through a ring of shared batch slots.
+
+    The processes start at once (before the run's clock) and wait for ``setup``, which the first
+    epoch sends with the slots shaped like its first batch. ``put`` copies a batch into a free slot;
+    the updaters count every update in ``counter`` (read&inc, after the gradient) and add their loss
+    and update counts to ``stats`` (one row each: loss sum, updates applied, partial updates).
+    """
+
+    def __init__(self, model: nn.Module, updaters: int, blocks: list[tuple[int, int]], optimizer_defaults: dict,
+                 threads: int, seed: int) -> None:
+        # Fork where the model is on the CPU: the updaters start in milliseconds instead of importing
+        # torch again (seconds each), and they never touch the parent's process group. CUDA cannot
+        # be forked: spawn there, as the official code.
+        cuda = next(model.parameters()).is_cuda
+        ctx = mp.get_context("spawn" if cuda else "fork")
+        self.updaters, self.model = updaters, model.share_memory()
+        params = list(model.parameters())
+        self.bufs = [[torch.zeros_like(p).share_memory_() for p in params] for _ in range(updaters)]
+        self.started = torch.zeros(updaters, len(params), dtype=torch.bool).share_memory_()
+        self.toggles = torch.zeros(updaters, 1, dtype=torch.int64).share_memory_()
+        self.stats = torch.zeros(updaters, 3, dtype=torch.float64).share_memory_()
+        self.counter = ctx.Value("q", 0)
+        self.ready, self.free, started = ctx.Queue(), ctx.Queue(), ctx.Queue()
+        self.setups = [ctx.Queue() for _ in range(updaters)]
+        self.slots: list[torch.Tensor] | None = None
+        self.template: object = None
+        settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
+        self.procs = [ctx.Process(target=_run, daemon=True, name=f"updater-{u}", args=(
+            u, self.model, blocks[u], self.bufs[u], self.started[u], self.toggles[u], settings, self.counter,
+            self.stats[u], self.ready, self.free, self.setups[u], started, threads, seed * 1000 + u, os.getpid()))
+            for u in range(updaters)]
+        for proc in self.procs:
+            proc.start()
+        for _ in self.procs:  # wait until each has imported torch: set-up time, not training time
+            _get(started, os.getpid(), alive=self.check)
+
+    def setup(self, batch: object, loss_fn: Callable, schedule: Schedule, stragglers: object, slots: int) -> None:
+        """Allocate ``slots`` shared slots shaped like ``batch`` and send each updater what it needs."""
+        self.template = batch
+        self.slots = [torch.empty((slots, *t.shape), dtype=t.dtype, device=t.device).share_memory_()
+                      for t in batch_tensors(batch)]
+        for s in range(slots):
+            self.free.put(s)
+        for q in self.setups:
+            q.put((self.slots, batch, loss_fn, schedule, stragglers))
+
+    def put(self, batch: object, step: int, block: bool) -> bool:
+        """Copy ``batch`` into a free slot for the updaters; ``False`` if none is free and not ``block``."""
+        while True:
+            try:
+                slot = self.free.get(timeout=1.0) if block else self.free.get_nowait()
+                break
+            except queue.Empty:
+                if not block:
+                    return False
+                self.check()
+        for shared, t in zip(self.slots, batch_tensors(batch)):
+            shared[slot].copy_(t)
+        if self.slots[0].is_cuda:  # the updater's stream must see the copy finished
+            torch.cuda.current_stream().synchronize()
+        self.ready.put((slot, step))
+        return True
+
+    def updates(self) -> int:
+        return int(self.counter.value)
+
+    def set_updates(self, value: int) -> None:
+        self.counter.value = value
+
+    def applied(self) -> int:
+        return int(self.stats[:, 1].sum())
+
+    def check(self) -> None:
+        """Raise if an updater died (its traceback went to stderr)."""
+        for u, proc in enumerate(self.procs):
+            if proc.exitcode is not None:
+                raise RuntimeError(f"Hogwild updater {u} exited with code {proc.exitcode}; see its traceback "
+                                   "above in the log")
+
+    def close(self) -> None:
+        for _ in self.procs:
+            self.ready.put(None)
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join()
+
+
+def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready, free, setup, up, threads, seed,
+         parent) -> None:
+    """An updater process: wait for the setup, then take batches until told to stop (``None``)."""
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # a forked child has the runner's handlers
+            signal.signal(sig, signal.SIG_DFL)
+        torch.set_num_threads(threads)
+        torch.manual_seed(seed)  # dropout differs between updaters
+        updater = Updater(model, block, bufs, started, toggle, **settings)
+        up.put(u)
+        slots, template, loss_fn, schedule, stragglers = _get(setup, parent)
+        while (item := _get(ready, parent)) is not None:
+            slot, step = item
+            stragglers.before_step(step)  # a straggler's compute is slow, not its averager
+            batch = _fill(template, [t[slot] for t in slots])
+            loss, span, grads = updater.gradients(batch, loss_fn)
+            if grads[0].is_cuda:  # the slot's batch has been read once the kernels have run
+                torch.cuda.current_stream().synchronize()
+            free.put(slot)
+            with counter.get_lock():  # read&inc after the gradient, as the official code
+                s = counter.value
+                counter.value += 1
+            partial = span[1] - span[0] < len(updater.params)
+            updater.apply(span, grads, schedule.lr(s), schedule.alternates(s))
+            stats += torch.tensor([loss, 1.0, float(partial)], dtype=torch.float64)
+    except Exception:  # noqa: BLE001 - report, then exit non-zero: the averager checks the exit code
+        traceback.print_exc()
+        raise SystemExit(1) from None
+
+
+def _get(q, parent: int, alive: Callable[[], None] | None = None):
+    """``q.get()``, but exit if the rank's main process died (its queues would never close), or,
+    in the main process, raise through ``alive`` if an updater died."""
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if alive is not None:
+                alive()
+            elif os.getppid() != parent:
+                raise SystemExit(0) from None
