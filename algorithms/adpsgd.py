@@ -150,3 +150,22 @@ class ADPSGD(Algorithm):
 
     def metrics(self) -> dict[str, float]:
         return {"exchanges": float(self.exchanges)}
+
+    def state_dict(self) -> dict[str, object]:
+        """The averaging deltas collected but not yet applied, the neighbour draw and the exchange count.
+
+        Taken while the thread runs: an exchange that completes after this snapshot counts on this
+        worker only if the run is not resumed from here, so a resumed AD-PSGD run is a valid run but,
+        being asynchronous, not the same one.
+        """
+        with self.lock:
+            return {**super().state_dict(), "pending": self.pending.clone(), "rng": self.rng.getstate(),
+                    "exchanges": self.exchanges}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        super().load_state_dict(state)
+        with self.lock:
+            self.pending.copy_(state["pending"])
+            self.rng.setstate(state["rng"])
+            self.exchanges = int(state["exchanges"])
+            self.published = flatten(self.params)  # the restored model, for exchanges before the next step

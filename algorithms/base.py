@@ -9,6 +9,21 @@ The asynchronous family (a parameter server, Hogwild updaters) cannot be driven 
 step at a time: such an algorithm sets ``owns_loop`` and runs each epoch's batches itself in
 ``train_epoch(epoch)``. Sharding, evaluation, metrics and the clock stay with the runner, at epoch
 boundaries.
+
+Checkpoint contract (``benchmarks/checkpoint.py`` saves one shard per rank; ``run.py`` drives it):
+
+- ``state_dict()`` returns a flat dict of what resuming this rank needs beyond the model and the
+  optimizer (which the runner saves itself): counters, Python scalars, strings, tuples and tensors
+  only (the shard is read with ``torch.load(weights_only=True)``), never a process group, thread,
+  lock or work handle. Subclasses extend the base dict: ``{**super().state_dict(), "weight": w}``.
+- It may be called after any ``step()`` (a stop signal arrives anywhere in an epoch), on every rank
+  at the same step; communication still in flight must be waited for and its result stored, so the
+  checkpoint is whole. It is called before ``close()`` at a stop, so background threads are running.
+- ``load_state_dict(state)`` is called on every rank after ``prepare()`` and after the model and
+  optimizer have been restored, with the dict that rank saved. It calls
+  ``super().load_state_dict(state)``. A missing key is a ``KeyError`` (a silent reset would bias the
+  result), unless a reset is harmless, which the method then says with a warning.
+- ``owns_loop`` algorithms are checkpointed at epoch boundaries only, after ``train_epoch``.
 """
 
 from __future__ import annotations
@@ -152,9 +167,11 @@ class Algorithm(abc.ABC):
         return {}
 
     def state_dict(self) -> dict[str, object]:
+        """What resuming this rank needs: the step counter and the communication time so far."""
         return {"step_count": self.step_count, "comm_s": self.comm_s}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore ``state_dict()``'s output, after ``prepare()`` (see the module's checkpoint contract)."""
         self.step_count = int(state["step_count"])
         self.comm_s = float(state["comm_s"])
 

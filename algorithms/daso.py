@@ -284,10 +284,27 @@ class DASO(Algorithm):
         return dict(self.last_epoch)
 
     def state_dict(self) -> dict[str, object]:
+        """B, S, the phase (from the epoch), the plateau detector, and the position in the epoch's
+        schedule: batch ``t``, rotation, the pending receive. A global send still in flight is waited
+        for and its summed buffer stored, so the merge S batches later finds it after a resume."""
+        in_flight = {}
+        for t_send, (works, buffer) in self.in_flight.items():
+            for work in works:
+                work.wait()
+            in_flight[t_send] = buffer
+        self.in_flight = {t_send: ([], buffer) for t_send, buffer in in_flight.items()}
+        pending = None if self.pending is None else (self.pending.k, self.pending.t_send, self.pending.s)
         return {**super().state_dict(), "B": self.B, "S": self.S, "epoch": self.epoch,
-                "plateau": (self.plateau.best, self.plateau.bad)}
+                "plateau": (self.plateau.best, self.plateau.bad), "t": self.t, "rot": self.rot,
+                "pending": pending, "in_flight": in_flight, "syncs": self.syncs, "sync_bytes": self.sync_bytes,
+                "last_epoch": dict(self.last_epoch)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         super().load_state_dict(state)
         self.B, self.S, self.epoch = int(state["B"]), int(state["S"]), int(state["epoch"])
         self.plateau.best, self.plateau.bad = state["plateau"]
+        self.t, self.rot = int(state["t"]), int(state["rot"])
+        self.pending = None if state["pending"] is None else Pending(*state["pending"])
+        self.in_flight = {int(t_send): ([], buffer) for t_send, buffer in state["in_flight"].items()}
+        self.syncs, self.sync_bytes = int(state["syncs"]), int(state["sync_bytes"])
+        self.last_epoch = dict(state["last_epoch"])

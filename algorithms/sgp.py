@@ -126,8 +126,18 @@ class SGP(Algorithm):
         return {"ps_weight": self.weight}
 
     def state_dict(self) -> dict[str, object]:
-        return {**super().state_dict(), "weight": self.weight}
+        """The push-sum weight w (the model holds z = x / w) and, with ``overlap``, the messages in
+        flight: waited for here and stored as received, to be consumed at the same step as without
+        the checkpoint."""
+        in_flight = []
+        for sent_at, works, buffers in self.in_flight:
+            for work in works:
+                work.wait()
+            in_flight.append((sent_at, buffers))
+        self.in_flight = deque((sent_at, [], buffers) for sent_at, buffers in in_flight)
+        return {**super().state_dict(), "weight": self.weight, "in_flight": in_flight}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         super().load_state_dict(state)
         self.weight = float(state["weight"])
+        self.in_flight = deque((int(sent_at), [], list(buffers)) for sent_at, buffers in state["in_flight"])

@@ -251,3 +251,18 @@ class WAGMA(Algorithm):
     def metrics(self) -> dict[str, float]:
         """Share of this rank's group rounds in which it contributed a stale model."""
         return {"stale_share": self.stale_rounds / self.rounds if self.rounds else 0.0}
+
+    def state_dict(self) -> dict[str, object]:
+        """The round counters, the version check's state and the send buffer (the model a late rank
+        contributes). Called when every rank has finished the same step, so no round is running."""
+        with self.cond:
+            return {**super().state_dict(), "rounds": self.rounds, "stale_rounds": self.stale_rounds,
+                    "next_version": self.next_version, "started_version": self.started_version,
+                    "send_buf": self.send_buf.clone(), "send_iter": self.send_iter}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        super().load_state_dict(state)
+        with self.cond:
+            self.rounds, self.stale_rounds = int(state["rounds"]), int(state["stale_rounds"])
+            self.next_version, self.started_version = int(state["next_version"]), int(state["started_version"])
+            self.send_buf, self.send_iter = state["send_buf"], int(state["send_iter"])

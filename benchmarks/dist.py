@@ -162,11 +162,17 @@ def _die_with_parent() -> None:
         return
 
 
+EXIT_TIMEOUT = 75  # sysexits' EX_TEMPFAIL: stopped at a time limit, checkpointed; run again to resume
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # scancel, and Slurm's --signal time-limit warning
+
+
 def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) -> tuple[int, str | None]:
     """Run ``python -m benchmarks.run argv`` as N×G local ranks; return (exit code, failure reason).
 
     The first rank to exit non-zero takes the job down: the others get SIGTERM, then SIGKILL after
-    5 s. SIGTERM or SIGINT to the launcher is passed on the same way.
+    5 s. SIGINT to the launcher does the same. SIGTERM or SIGUSR1 (a time limit) is forwarded to the
+    ranks, which checkpoint and exit with ``EXIT_TIMEOUT``; the launcher then returns it too (also
+    when a rank was still starting and died of the signal: no checkpoint, the next run starts afresh).
     """
     world = nodes * procs_per_node
     if threads <= 0:
@@ -186,26 +192,34 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     def forward(signum, _frame):
         stop["signal"] = signum
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-    reason = None
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    reason, stopping = None, False
     try:
         while True:
+            if stop["signal"] in STOP_SIGNALS:
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(stop["signal"])
+                stop["signal"], stopping = None, True
             codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            stopped = {EXIT_TIMEOUT} | ({-s for s in STOP_SIGNALS} if stopping else set())
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, *stopped)]
             if stop["signal"] is not None:
                 reason = f"launcher received {signal.Signals(stop['signal']).name}"
             elif failed:
                 rank, code = failed[0]
                 how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
                 reason = f"rank {rank} ended with {how}"
-            if reason or all(c == 0 for c in codes):
+            if reason or None not in codes:
                 break
             time.sleep(0.1)
     finally:
         _terminate(procs)
         for s, handler in old.items():
             signal.signal(s, handler)
-    return (1 if reason else 0), reason
+    if reason:
+        return 1, reason
+    return (EXIT_TIMEOUT if any(codes) else 0), None
 
 
 def _terminate(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:

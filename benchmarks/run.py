@@ -9,6 +9,7 @@ training batch is read and includes evaluation; each reading is the slowest rank
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import math
 import os
@@ -26,7 +27,7 @@ import algorithms
 from algorithms.topology import Topology
 from benchmarks import config as config_mod
 from benchmarks import dist as bootstrap
-from benchmarks import rundir, tasks
+from benchmarks import checkpoint, rundir, tasks
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.stragglers import Stragglers
 
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         code, reason = bootstrap.spawn_local(argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
         if reason and rundir.read_summary(cfg.out) is None:
             rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "failed", error=reason))
+        if code == bootstrap.EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
+            rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "timeout", error="stopped at start-up"))
         if reason:
             print(f"error: run failed: {reason}", file=sys.stderr)
         return code
@@ -95,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_out(out: Path) -> None:
+    """Refuse a finished run's directory; a run stopped at a time limit (``timeout``) is resumed."""
     summary = rundir.read_summary(out)
-    if summary is not None:
+    if summary is not None and summary.get("status") != "timeout":
+        hint = " (or delete its summary.json to resume from its checkpoint)" if checkpoint.latest(out) else ""
         raise ConfigError(f"{out} already holds a finished run (status {summary.get('status')}); "
-                          "pass another --out or delete that folder")
+                          f"pass another --out or delete that folder{hint}")
 
 
 def _summary(cfg: RunConfig, status: str, error: str | None = None, **fields: object) -> dict[str, object]:
@@ -130,6 +135,9 @@ def lr_lambda(h: dict[str, object], steps_per_epoch: int, world_size: int):
 
 
 def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
+    """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
+    when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
+    stop = checkpoint.StopRequest()  # first, so that a time-limit signal from now on stops cleanly
     s = cfg.settings
     topo = Topology(launch.rank, cfg.nodes, cfg.procs_per_node)
     master = topo.rank == 0
@@ -141,9 +149,12 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     torch.set_num_threads(threads)
     device = bootstrap.pick_device(s["device"], topo.local_rank)
     backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device.type)
-    state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0}
+    # The runner's own resumable state (a checkpoint saves it whole): position and results so far.
+    state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0, "best": -math.inf, "time_to_target_s": None,
+             "epochs_to_target": None, "row": {}}
     try:
-        status, fields = _train(cfg, launch, topo, device, backend, threads, state)
+        status, fields = _train(cfg, launch, topo, device, backend, threads, state, stop)
+        stop.close()
     except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
         logger.error("rank %d failed: %s", topo.rank, traceback.format_exc())
         if master:
@@ -153,8 +164,10 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     if master:
         rundir.write_json_atomic(out / "summary.json", _summary(cfg, status, **fields))
         logger.info("%s: %s", status, {k: fields[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
+        if status != "timeout":  # the summary marks the run done: its checkpoint has served
+            checkpoint.remove(out)
     dist.destroy_process_group()
-    return 0
+    return bootstrap.EXIT_TIMEOUT if status == "timeout" else 0
 
 
 def _setup_logging(path: Path) -> None:
@@ -165,7 +178,7 @@ def _setup_logging(path: Path) -> None:
     logger.setLevel(logging.INFO)
 
 
-def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dict[str, object]]:
+def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[str, dict[str, object]]:
     s, h = cfg.settings, cfg.hparams
     master, world = topo.rank == 0, topo.world_size
     task = tasks.get(cfg.task)
@@ -175,8 +188,8 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     model = task.make_model().to(device)
     algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
     replicas, shard = algo.data_shard()
-    sampler = DistributedSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
-                                 seed=cfg.seed, drop_last=True)
+    sampler = _ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
+                                seed=cfg.seed, drop_last=True)
     loader = task.train_loader(train_set, sampler, h["batch_size"], model, device)
     # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
     val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256)
@@ -192,34 +205,71 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
     train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
 
+    control = dist.new_group(backend="gloo")  # CPU side channel (also on NCCL jobs): stop flag, checkpoints
+    stop.connect(control)
+    resume = checkpoint.load(cfg.out, topo.rank, world)
+    if resume is not None:  # after prepare(): each rank gets back its own model, not rank 0's broadcast
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        algo.load_state_dict(resume["algorithm"])
+        state.update(resume["runner"])
+    if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
+        (cfg.out / "summary.json").unlink()
+
     stragglers = Stragglers(s["straggler"], topo.rank, world, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
-    run = _Recorder(cfg, algo) if master else None
+    run = _Recorder(cfg, algo, resume["record"] if resume else None) if master else None
     if master:
         rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
         rundir.write_json_atomic(cfg.out / "env.json", rundir.environment(
             backend, launch.launcher, hosts, device, launch.slurm_job_id, threads))
-        logger.info("%s on %s: %d nodes x %d procs (%s, %s), %d steps/epoch", cfg.algorithm, cfg.task,
-                    cfg.nodes, cfg.procs_per_node, backend, launch.launcher, steps_per_epoch)
+        logger.info("%s on %s: %d nodes x %d procs (%s, %s), %d steps/epoch%s", cfg.algorithm, cfg.task,
+                    cfg.nodes, cfg.procs_per_node, backend, launch.launcher, steps_per_epoch,
+                    f", resumed at epoch {state['epoch']} batch {resume['batch']}" if resume else "")
 
     from tqdm import tqdm
 
-    bar = tqdm(total=h["epochs"] * steps_per_epoch, disable=not master or None, unit="step",
-               desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
+    skip = resume["batch"] if resume else 0  # batches of the first epoch done before the checkpoint
+    bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=state["step"] + skip, disable=not master or None,
+               unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
+    if resume is not None:
+        checkpoint.set_rng_state(resume["rng_epoch"])
     dist.barrier()
-    t0 = time.perf_counter()  # the clock starts before the first batch is read
-    status, best, tta, epochs_to_target, row = "completed", -math.inf, None, None, {}
-    for epoch in range(h["epochs"]):
+    # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
+    t0 = time.perf_counter() - (resume["record"]["wall_s"] if resume else 0.0)
+
+    def save_checkpoint(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> None:
+        """All this rank needs to go on from ``batch`` batches into epoch ``state["epoch"]``."""
+        nonlocal t0
+        start = time.perf_counter()
+        shard = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "algorithm": algo.state_dict(), "runner": dict(state),
+                 "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
+        record = {"step": state["step"] + batch, "epoch": state["epoch"], "batch": batch,
+                  "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
+        checkpoint.save(cfg.out, topo.rank, world, shard, record, control)
+        t0 += time.perf_counter() - start  # saving is not training: the clock pauses
+
+    status, steps = "completed", None
+    for epoch in range(state["epoch"], h["epochs"]):
         sampler.set_epoch(epoch)
+        rng_epoch = checkpoint.rng_state()  # iter(loader) draws from it; a mid-epoch resume replays the draw
         train_model.train()
         if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
             loss_sum, batches = algo.train_epoch(algorithms.Epoch(
                 epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=lr_factor,
                 step=state["step"], stragglers=stragglers, device=device, progress=bar.update))
         else:
-            loss_sum, batches = torch.zeros((), dtype=torch.float64, device=device), 0
-            for x, y in loader:
+            loss_sum = resume["loss_sum"] if skip else torch.zeros((), dtype=torch.float64, device=device)
+            batches, stopping = skip, False
+            sampler.skip = skip * h["batch_size"]
+            epoch_batches = iter(loader)
+            if skip:
+                checkpoint.set_rng_state(resume["rng"])
+            skip = 0
+            for x, y in epoch_batches:
                 x, y = tasks.to_device(x, device), tasks.to_device(y, device)
                 stragglers.before_step(state["step"] + batches)
                 optimizer.zero_grad(set_to_none=True)
@@ -230,45 +280,84 @@ def _train(cfg, launch, topo, device, backend, threads, state) -> tuple[str, dic
                 loss_sum += loss.detach()
                 batches += 1
                 bar.update()
+                stopping = stop.agreed()
+                if stopping:
+                    break
+            if stopping:  # a time limit mid-epoch: checkpoint here, end as timeout
+                logger.info("rank %d: %s at epoch %d batch %d; checkpointing", topo.rank, stop.name, epoch, batches)
+                save_checkpoint(batches, loss_sum, rng_epoch)
+                status, steps = "timeout", state["step"] + batches
+                break
         state["step"] += steps_per_epoch
         state["batches"] += batches
         sums = torch.tensor([float(loss_sum), float(batches)], dtype=torch.float64)
         dist.all_reduce(sums)  # job-wide mean loss, and every rank's batches (workers only, for a server)
         train_loss = sums[0].item() / max(sums[1].item(), 1.0)
-        samples_done = state["samples"] = state["samples"] + int(sums[1].item()) * h["batch_size"]
+        state["samples"] += int(sums[1].item()) * h["batch_size"]
         state["epoch"] = epoch + 1
         algo.end_epoch(train_loss)
-        if (epoch + 1) % h["eval_every"] and epoch + 1 != h["epochs"]:
-            continue
-        val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
-        wall = _global_max(time.perf_counter() - t0)
-        comm = _global_mean(algo.comm_s)
-        row = {"epoch": epoch + 1, "step": state["step"], "samples": samples_done,
-               "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
-               "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
-               **algo.metrics()}
-        best = max(best, val_metric)
-        if tta is None and val_metric >= task.target:
-            tta, epochs_to_target = wall, epoch + 1
-        if master:
-            run.log(row)
-            bar.write(f"epoch {epoch + 1:>3}/{h['epochs']}  train_loss {train_loss:.4f}  "
-                      f"val_{task.metric} {val_metric:.4f}  wall {wall:.1f}s", file=sys.stderr)
-        if not math.isfinite(train_loss):
-            status = "diverged"
+        if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
+            val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
+            wall = _global_max(time.perf_counter() - t0)
+            comm = _global_mean(algo.comm_s)
+            row = {"epoch": epoch + 1, "step": state["step"], "samples": state["samples"],
+                   "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
+                   "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
+                   **algo.metrics()}
+            state["row"] = row
+            state["best"] = max(state["best"], val_metric)
+            if state["time_to_target_s"] is None and val_metric >= task.target:
+                state["time_to_target_s"], state["epochs_to_target"] = wall, epoch + 1
+            if master:
+                run.log(row)
+                bar.write(f"epoch {epoch + 1:>3}/{h['epochs']}  train_loss {train_loss:.4f}  "
+                          f"val_{task.metric} {val_metric:.4f}  wall {wall:.1f}s", file=sys.stderr)
+            if not math.isfinite(train_loss):
+                status = "diverged"
+                break
+            if state["time_to_target_s"] is not None and s["stop_at_target"]:
+                break
+        if epoch + 1 == h["epochs"]:
             break
-        if tta is not None and s["stop_at_target"]:
+        stopping = stop.agreed()  # owns_loop algorithms stop here; the others when signalled in the last step
+        if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):
+            save_checkpoint(0, torch.zeros((), dtype=torch.float64), checkpoint.rng_state())
+        if stopping:
+            logger.info("rank %d: %s at the end of epoch %d; checkpointed", topo.rank, stop.name, epoch + 1)
+            status, steps = "timeout", state["step"]
             break
     bar.close()
     algo.close()
     if master:
         run.close()
-    wall = row.get("wall_s", _global_max(time.perf_counter() - t0))
-    samples = state["samples"]
-    return status, {
-        "time_to_target_s": tta, "epochs_to_target": epochs_to_target,
+    if status == "timeout":  # the clock so far; the others end at their last evaluation
+        return status, _fields(state, steps, _global_max(time.perf_counter() - t0))
+    return status, _fields(state, state["step"], state["row"].get("wall_s", _global_max(time.perf_counter() - t0)))
+
+
+class _ResumableSampler(DistributedSampler):
+    """``DistributedSampler`` whose next epoch can start part-way: the first ``skip`` indices are dropped.
+
+    The order is a function of the seed and the epoch, so skipping the samples of the batches done
+    before a checkpoint puts the data order exactly where it was, without loading those samples.
+    A task's ``make_loader`` must therefore draw each batch's ``batch_size`` samples from the sampler
+    in order (as ``DataLoader`` does).
+    """
+
+    skip = 0
+
+    def __iter__(self):
+        skip, self.skip = self.skip, 0
+        return itertools.islice(super().__iter__(), skip, None)
+
+
+def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, object]:
+    """summary.json's measurements from the runner's state."""
+    row, best, samples = state["row"], state["best"], state["samples"]
+    return {
+        "time_to_target_s": state["time_to_target_s"], "epochs_to_target": state["epochs_to_target"],
         "final_metric": row.get("val_metric"), "best_metric": best if math.isfinite(best) else None,
-        "final_train_loss": row.get("train_loss"), "epochs": state["epoch"], "steps": state["step"],
+        "final_train_loss": row.get("train_loss"), "epochs": state["epoch"], "steps": steps,
         "samples": samples, "wall_s": wall, "throughput": samples / wall if wall else None,
         "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
     }
@@ -287,11 +376,16 @@ def _global_max(value: float) -> float:
 
 
 class _Recorder:
-    """Rank 0's sinks for metrics: metrics.csv always, wandb unless ``--set wandb=false``."""
+    """Rank 0's sinks for metrics: metrics.csv always, wandb unless ``--set wandb=false``.
 
-    def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm) -> None:
-        self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()))
-        self.wandb = _init_wandb(cfg) if cfg.settings["wandb"] else None
+    A resumed run appends to metrics.csv from where its checkpoint was taken (``resume``, the
+    checkpoint's record) and starts a new offline wandb run tagged ``resumed``.
+    """
+
+    def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm, resume: dict[str, object] | None) -> None:
+        self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()),
+                                        resume["metrics_bytes"] if resume else None)
+        self.wandb = _init_wandb(cfg, resume["step"] if resume else None) if cfg.settings["wandb"] else None
 
     def log(self, row: dict[str, object]) -> None:
         self.csv.write(row)
@@ -311,16 +405,22 @@ def _wandb_key(column: str) -> str:
     return keys.get(column, f"algo/{column}")
 
 
-def _init_wandb(cfg: RunConfig):
-    """An offline wandb run inside the run directory, grouped by suite, typed by algorithm."""
+def _init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
+    """An offline wandb run inside the run directory, grouped by suite, typed by algorithm.
+
+    A resumed run is a new wandb run of the same name, tagged ``resumed``, whose config says the step
+    it resumed at (wandb's own resume needs its server; offline runs are synced later, one by one).
+    """
     os.environ.setdefault("WANDB_SILENT", "true")
+    resumed = ["resumed"] if resumed_at_step is not None else []
     try:
         import wandb
 
         return wandb.init(
             project=cfg.settings["wandb_project"], group=cfg.settings["suite"], job_type=cfg.algorithm,
-            name=cfg.run_id, tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}"],
-            config=cfg.to_json(), dir=str(cfg.out), mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
+            name=cfg.run_id, tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
+            config={**cfg.to_json(), "resumed_at_step": resumed_at_step}, dir=str(cfg.out),
+            mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
         )
     except Exception as error:  # noqa: BLE001 - wandb trouble must not cost the run
         logger.warning("wandb disabled for this run: %s", error)

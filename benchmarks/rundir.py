@@ -73,14 +73,35 @@ def environment(backend: str, launcher: str, hosts: list[str], device: torch.dev
 
 
 class MetricsWriter:
-    """Appends one row per evaluation to metrics.csv, flushed at once so a crash loses nothing."""
+    """Appends one row per evaluation to metrics.csv, flushed at once so a crash loses nothing.
 
-    def __init__(self, path: Path, extra_columns: list[str]) -> None:
+    Args:
+        path: the metrics.csv to write.
+        extra_columns: the algorithm's own columns, after the common ones.
+        resume_at: for a resumed run, the file's length in bytes when its checkpoint was taken: the
+            rows up to there are kept and new rows are appended. A row written after that checkpoint
+            (the run died between its evaluation and its next checkpoint) is cut off, since the resumed
+            run evaluates that epoch again. ``None`` starts a new file.
+    """
+
+    def __init__(self, path: Path, extra_columns: list[str], resume_at: int | None = None) -> None:
         self.columns = METRIC_COLUMNS + [c for c in extra_columns if c not in METRIC_COLUMNS]
+        if resume_at is not None and path.exists() and path.stat().st_size >= resume_at:
+            os.truncate(path, resume_at)
+            self.file = open(path, "a", newline="")
+            self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
+            return
+        if resume_at is not None:
+            raise FileNotFoundError(f"{path} is missing or shorter than its checkpoint recorded ({resume_at} "
+                                    "bytes); delete the run's checkpoint/ folder to start it afresh")
         self.file = open(path, "w", newline="")
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
         self.writer.writeheader()
         self.file.flush()
+
+    def tell(self) -> int:
+        """Bytes written so far (what a checkpoint records to resume at)."""
+        return self.file.tell()
 
     def write(self, row: dict[str, object]) -> None:
         self.writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in self.columns})

@@ -1,0 +1,189 @@
+"""Checkpoints of a run, and the stop request that ends a run at a time limit.
+
+A checkpoint lives in the run directory until the run completes (``<out>/checkpoint/``)::
+
+    checkpoint/latest.json            the commit record, written last by rank 0 (atomic replace)
+    checkpoint/epoch00012_batch0000034/rank00003.pt   one shard per rank: its whole state, a flat dict
+
+Every rank writes its own shard rather than rank 0 gathering them: the decentralised algorithms
+(D-PSGD, SGP, AD-PSGD, WAGMA, local SGD) hold a different model and momentum on every rank, and a
+gather would put P models in rank 0's memory and on one link. Shards are written in parallel, each
+through a temporary file and ``os.replace``; when every rank has reported success, rank 0 replaces
+``latest.json`` to point at the new step and deletes the older ones. A crash at any moment therefore
+leaves ``latest.json`` naming a checkpoint whose shards are all whole, and a half-written one is
+never loaded. On a cluster the run directory must be on a file system every node sees (as it already
+must for the results).
+
+``StopRequest`` turns Slurm's time-limit warning (``sbatch --signal=USR1@...``) and ``scancel``'s
+SIGTERM into a clean stop: the signal only sets a flag, and the ranks agree on it with a MAX
+all-reduce that runs in the background of the next step, so all of them stop after the same step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when a shard's keys change meaning; an older checkpoint is then refused
+DIRNAME = "checkpoint"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot resume this run; the message says why and what to do."""
+
+
+def rng_state() -> dict[str, object]:
+    """The generators a rank's training draws from: torch's CPU generator and, if present, CUDA's."""
+    state: dict[str, object] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, object]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def latest(out: Path) -> dict[str, object] | None:
+    """The commit record of the newest whole checkpoint in run directory ``out``, or ``None``."""
+    path = Path(out) / DIRNAME / "latest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save(out: Path, rank: int, world_size: int, shard: dict[str, object], record: dict[str, object],
+         group: dist.ProcessGroup | None = None) -> None:
+    """Write this rank's ``shard``; once every rank has, rank 0 commits ``record`` as the newest checkpoint.
+
+    Collective: every rank of ``group`` calls it at the same position, ``record["epoch"]`` and
+    ``record["batch"]`` (batches done in that epoch), which name the checkpoint; ``record["step"]`` is
+    the optimizer steps done. ``record`` is what a reader needs without loading shards (position,
+    clock); rank 0's copy is the one written.
+    """
+    root = Path(out) / DIRNAME
+    name = f"epoch{int(record['epoch']):05d}_batch{int(record['batch']):07d}"
+    ok = torch.ones(1)
+    try:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        _write_atomic(root / name / f"rank{rank:05d}.pt", {**shard, "format": FORMAT, "rank": rank,
+                                                           "world_size": world_size, "step": record["step"]})
+    except OSError:
+        logger.exception("rank %d could not write its checkpoint shard", rank)
+        ok.zero_()
+    # Everyone learns whether every shard is on disk before anything points at them.
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+    if ok.item() < 1:
+        raise CheckpointError(f"a rank could not write its shard of checkpoint {root / name}; see log.txt "
+                              "(disk full or quota?); the previous checkpoint is kept")
+    if rank == 0:
+        tmp = root / f".latest.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({**record, "format": FORMAT, "world_size": world_size, "dir": name},
+                                  indent=2) + "\n")
+        _fsync(tmp)
+        os.replace(tmp, root / "latest.json")
+        for old in root.iterdir():  # older checkpoints, and whatever a crash mid-save left
+            if old.name not in (name, "latest.json"):
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
+    dist.barrier(group=group)  # no rank runs ahead and saves again while rank 0 still cleans up
+
+
+def load(out: Path, rank: int, world_size: int) -> dict[str, object] | None:
+    """This rank's shard of the newest whole checkpoint, with the commit record as ``"record"``."""
+    record = latest(out)
+    if record is None:
+        return None
+    if record.get("format") != FORMAT:
+        raise CheckpointError(f"{out}/{DIRNAME} was written by checkpoint format {record.get('format')}, this "
+                              f"code reads format {FORMAT}; delete {out}/{DIRNAME} to start the run afresh")
+    if record["world_size"] != world_size:
+        raise CheckpointError(f"{out}/{DIRNAME} holds {record['world_size']} ranks' states, this run has "
+                              f"{world_size}; resume with the same --nodes and --procs-per-node, or pass another --out")
+    path = Path(out) / DIRNAME / str(record["dir"]) / f"rank{rank:05d}.pt"
+    shard = torch.load(path, map_location="cpu", weights_only=True)
+    if shard["step"] != record["step"] or shard["rank"] != rank:
+        raise CheckpointError(f"{path} is not step {record['step']} of rank {rank}; delete {out}/{DIRNAME}")
+    return {**shard, "record": record}
+
+
+def remove(out: Path) -> None:
+    """Delete the checkpoint once the run has its summary (called by rank 0)."""
+    shutil.rmtree(Path(out) / DIRNAME, ignore_errors=True)
+
+
+def _write_atomic(path: Path, payload: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(payload, tmp)
+    _fsync(tmp)  # the bytes are on disk before the name is: a crash cannot leave a torn shard
+    os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+class StopRequest:
+    """SIGTERM or SIGUSR1 asks every rank to stop after the step that all of them agree on.
+
+    The handler only sets a flag (Python runs it between bytecodes of the main thread, so it never
+    interrupts a collective). ``agreed()`` is called by every rank once per step: it waits for the
+    MAX all-reduce of the flags started by the previous call, then starts the next one without
+    waiting, so the all-reduce of one integer overlaps a whole step and all ranks get the same answer
+    at the same call. A stop is thus acted on one step after the signal.
+
+    Create it first thing (the handlers are installed at once, so a signal during start-up is not
+    lost), then ``connect(group)`` once the process group exists.
+    """
+
+    def __init__(self) -> None:
+        self.group: dist.ProcessGroup | None = None
+        self.signal: int | None = None
+        self.flag = torch.zeros(1, dtype=torch.int32)
+        self.work: dist.Work | None = None
+        self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signal = signum
+
+    def connect(self, group: dist.ProcessGroup | None) -> None:
+        """The group the ranks agree over: a gloo one (CPU tensors; on NCCL jobs the default is CUDA's)."""
+        self.group = group
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal is not None else "a stop request from another rank"
+
+    def agreed(self) -> bool:
+        """Whether any rank had been signalled by its previous call (the same answer on every rank)."""
+        stop = False
+        if self.work is not None:
+            self.work.wait()
+            stop = bool(self.flag.item())
+        if not stop:
+            self.flag = torch.tensor([int(self.signal is not None)], dtype=torch.int32)
+            self.work = dist.all_reduce(self.flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        else:
+            self.work = None
+        return stop
+
+    def close(self) -> None:
+        """Finish the all-reduce in flight and restore the previous signal handlers."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)

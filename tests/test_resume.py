@@ -1,0 +1,171 @@
+"""Checkpoint and resume: a run stopped by SIGTERM mid-training resumes to the very result of an
+uninterrupted run, a stop touches nothing outside its run directory, and a checkpoint whose save was
+cut short is never loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from benchmarks import checkpoint, rundir
+from benchmarks.run import _ResumableSampler
+
+ROOT = Path(__file__).resolve().parent.parent
+# 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). The fixed straggler
+# (one rank sleeps 10 ms each step; no effect on the numbers) makes an epoch last long enough for
+# the SIGTERM, sent after the first evaluation, to land inside the run.
+COMMON = ["--task", "digits", "--seed", "3", "--set", "wandb=false", "--set", "threads=1", "--set", "epochs=4",
+          "--set", "straggler=fixed", "--set", "straggler_delay_ms=10"]
+CASES = {
+    # the plain path: identical models, optimizer momentum, lr schedule, data order
+    "ddp": ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2"],
+    # algorithm state: B/S and phase, the plateau detector, a global send in flight mid-epoch
+    "daso": ["--algorithm", "daso", "--nodes", "2", "--procs-per-node", "1", "--set", "sync_warmup_epochs=1",
+             "--set", "sync_cooldown_epochs=1"],
+}
+
+
+def _command(case: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.run", *CASES[case], *COMMON, "--out", str(out)]
+
+
+def _run(case: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(case, out), cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+def _metrics(out: Path) -> list[list[str]]:
+    """metrics.csv without the columns that are timings (wall_s, comm_s)."""
+    rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()]
+    keep = [i for i, name in enumerate(rows[0]) if name not in ("wall_s", "comm_s")]
+    return [[row[i] for i in keep] for row in rows]
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, case):
+    whole = _run(case, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+    reference = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert reference["status"] == "completed" and not (tmp_path / "whole" / "checkpoint").exists()
+    before = _digest(tmp_path / "whole")  # a neighbouring run that the stopped one must not touch
+
+    out = tmp_path / "stopped"
+    launcher = subprocess.Popen(_command(case, out), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ((out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and launcher.poll() is None, "training never started"
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 75, stderr
+    stopped = json.loads((out / "summary.json").read_text())
+    assert stopped["status"] == "timeout" and stopped["steps"] < reference["steps"]
+    record = checkpoint.latest(out)
+    assert record is not None and record["step"] == stopped["steps"]
+    assert 1 <= record["epoch"] < 4 and sorted(p.name for p in (out / "checkpoint").iterdir()) == [
+        f"epoch{record['epoch']:05d}_batch{record['batch']:07d}", "latest.json"]
+    assert _digest(tmp_path / "whole") == before
+
+    resumed = _run(case, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at epoch" in (out / "log.txt").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    # Bit-identical on this path: with 2 ranks, gloo's all-reduce is a + b, the same in any order.
+    for key in ("final_metric", "best_metric", "final_train_loss", "steps", "samples", "epochs", "epochs_to_target"):
+        assert summary[key] == reference[key], key
+    assert _metrics(out) == _metrics(tmp_path / "whole"), "metrics.csv: rows appended, the same numbers"
+    assert not (out / "checkpoint").exists(), "a completed run deletes its checkpoint"
+    assert _digest(tmp_path / "whole") == before
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _save(out: Path, epoch: int, value: float) -> None:
+    record = {"step": epoch * 10, "epoch": epoch, "batch": 0, "wall_s": 1.0, "metrics_bytes": 0}
+    checkpoint.save(out, 0, 1, {"weights": torch.full((4,), value)}, record)
+
+
+def test_a_checkpoint_cut_short_is_never_loaded(tmp_path, one_rank, monkeypatch):
+    out = tmp_path / "run"
+    _save(out, 1, 1.0)
+
+    def crash_midway(payload, path):  # the process dies after half the bytes reached the disk
+        Path(path).write_bytes(b"\x80\x02half a shard")
+        raise KeyboardInterrupt("killed while saving")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint.torch, "save", crash_midway)
+        with pytest.raises(KeyboardInterrupt):
+            _save(out, 2, 2.0)
+    shard = checkpoint.load(out, 0, 1)
+    assert shard["record"]["epoch"] == 1 and torch.equal(shard["weights"], torch.full((4,), 1.0))
+
+    real_replace = os.replace
+
+    def crash_at_commit(src, dst):  # every shard is whole, but the commit record was never replaced
+        if Path(dst).name == "latest.json":
+            raise KeyboardInterrupt("killed while committing")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint.os, "replace", crash_at_commit)
+        with pytest.raises(KeyboardInterrupt):
+            _save(out, 3, 3.0)
+    assert checkpoint.load(out, 0, 1)["record"]["epoch"] == 1
+
+    _save(out, 4, 4.0)  # the next whole save wins and clears what the crashes left
+    shard = checkpoint.load(out, 0, 1)
+    assert shard["record"]["epoch"] == 4 and torch.equal(shard["weights"], torch.full((4,), 4.0))
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["epoch00004_batch0000000", "latest.json"]
+    with pytest.raises(checkpoint.CheckpointError, match="resume with the same --nodes"):
+        checkpoint.load(out, 0, 2)
+
+
+def test_resume_skips_exactly_the_samples_already_seen():
+    data = list(range(40))
+    sampler = _ResumableSampler(data, num_replicas=2, rank=1, shuffle=True, seed=5, drop_last=True)
+    sampler.set_epoch(3)
+    full = list(sampler)
+    sampler.set_epoch(3)
+    sampler.skip = 8
+    assert list(sampler) == full[8:]
+    assert list(sampler) == full, "the skip applies to one epoch only"
+
+
+def test_metrics_csv_resumes_at_the_checkpoint_and_appends(tmp_path):
+    path = tmp_path / "metrics.csv"
+    writer = rundir.MetricsWriter(path, [])
+    writer.write({"epoch": 1, "step": 10})
+    at_checkpoint = writer.tell()
+    writer.write({"epoch": 2, "step": 20})  # written after the checkpoint, then the run died
+    writer.close()
+    writer = rundir.MetricsWriter(path, [], resume_at=at_checkpoint)
+    writer.write({"epoch": 2, "step": 20})
+    writer.close()
+    assert [line.split(",")[:2] for line in path.read_text().splitlines()] == [
+        ["epoch", "step"], ["1", "10"], ["2", "20"]]
