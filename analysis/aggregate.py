@@ -92,7 +92,7 @@ def straggler_label(settings: dict) -> str:
         return "none"
     if kind == "fixed":
         return f"fixed {int(settings.get('straggler_ranks') or 1)}×{delay:g} ms"
-    return f"{kind} {delay:g} ms"
+    return f"{kind} {delay:g} ms" if delay else kind  # simulated runs: the model, not a delay
 
 
 def load_runs(results: Path) -> pd.DataFrame:

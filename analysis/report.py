@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import aggregate, figures, papers, profile, scaling, stragglers, tables, traces
+from analysis import aggregate, dana, figures, papers, profile, scaling, stragglers, tables, traces
 from analysis.aggregate import CONDITION, INCOMPLETE, parse_results
 
 METADATA_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod",
@@ -259,7 +259,8 @@ def _paper_section(paper: papers.Paper, table: pd.DataFrame, hardware: str) -> s
 
 def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
                 syncs: pd.DataFrame | None = None,
-                paper_list: list[papers.Paper] | None = None) -> str:
+                paper_list: list[papers.Paper] | None = None,
+                dana_tables: list[tuple[str, pd.DataFrame]] | None = None) -> str:
     """The whole report as one HTML string."""
     finished = int((runs["status"] != INCOMPLETE).sum())
     simulated = bool((runs["clock"] == "simulated").any())
@@ -310,6 +311,8 @@ def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
                  "these ratios (median run wall time).</p>")
     for paper in paper_list if paper_list is not None else papers.load_papers():
         parts.append(_paper_section(paper, table, hardware_here(runs)))
+    if dana_tables:
+        parts.append(_dana_section(dana_tables))
     parts.append(_h2("Runs that did not converge or failed"))
     problems = problem_runs(runs)
     parts.append(html_table(problems, {"error": "error"}) if not problems.empty
@@ -318,6 +321,24 @@ def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
     parts.append(html_table(metadata_table(runs)))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> str:
+    """DANA's table: final accuracy and gap per algorithm and worker count beside the paper's."""
+    parts = ["<h3>DANA: final accuracy and gap per worker count, beside the paper</h3>",
+             f"<p>{html.escape(dana.verdict(dana_tables))} Accuracies are medians over seeds (fractions "
+             "here, percent in the paper's columns); the gap is the run's mean RMS distance between the "
+             "master's vector and the vector each gradient was computed on. On an embedded task the "
+             "paper's CIFAR-10 ResNet-20 numbers stand beside it for the shape of the trend only.</p>"]
+    for title, frame in dana_tables:
+        shown = frame.copy()
+        for column in shown.columns:
+            if column.endswith(" gap"):
+                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.2e}")
+            elif column.endswith(" acc"):
+                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
+        parts.append(f"<p><b>{html.escape(title)}</b></p>" + html_table(shown))
+    return "\n".join(parts)
 
 
 def render(results: Path) -> Path:
@@ -335,7 +356,12 @@ def render(results: Path) -> Path:
     figures.write_figures(results, runs, curves)
     path = results / "report.html"
     syncs = tables.global_syncs(curves)
-    path.write_text(render_html(runs, table, results / "figures", syncs), encoding="utf-8")
+    dana_tables = dana.comparison(runs, curves)
+    if dana_tables:
+        pd.concat([t.assign(setting=title) for title, t in dana_tables]).to_csv(
+            results / "tables" / "dana.csv", index=False)
+    path.write_text(render_html(runs, table, results / "figures", syncs, dana_tables=dana_tables),
+                    encoding="utf-8")
     return path
 
 

@@ -199,3 +199,33 @@ def test_parameter_server_trains(tmp_path, algorithm):
     assert summary["status"] == "completed" and summary["best_metric"] > 0.7
     assert summary["samples"] == 4 * (1438 // (16 * 2)) * 2 * 16  # the master reads no batch
     assert float(rows[-1]["lag"]) > 0 and float(rows[-1]["gap"]) > 0
+
+
+def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(tmp_path):
+    """Hand-made simulated runs at 16 workers (nodes 8 x 2): medians over seeds, mean gaps, the paper's
+    Table 2 column, and the ordering verdict (holds at 16, fails where NAG-ASGD beats DANA-Slim)."""
+    from analysis import aggregate, dana
+    from tests.test_analysis import write_run
+
+    finals = {"dana_dc": [0.95, 0.97, 0.96], "dana_slim": [0.94, 0.92, 0.93], "nag_asgd": [0.2, 0.1, 0.3]}
+    for algo, values in finals.items():
+        for seed, final in enumerate(values):
+            write_run(tmp_path, algo, seed, status="completed", tta=None, walls=[1.0, 2.0], metrics=[0.5, final],
+                      nodes=8, clock="simulated", settings={"straggler": "gamma", "clock": "simulated"},
+                      extra={"gap": [0.01 * (seed + 1), 0.03 * (seed + 1)] if algo == "nag_asgd" else [0.001, 0.003]})
+    write_run(tmp_path, "dana_slim", 0, status="completed", tta=None, walls=[1.0], metrics=[0.5], nodes=4,
+              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
+    write_run(tmp_path, "dana_dc", 0, status="completed", tta=None, walls=[1.0], metrics=[0.6], nodes=4,
+              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
+    write_run(tmp_path, "nag_asgd", 0, status="completed", tta=None, walls=[1.0], metrics=[0.7], nodes=4,
+              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
+    runs = aggregate.load_runs(tmp_path)
+    (title, table), = dana.comparison(runs, aggregate.load_curves(tmp_path, runs))
+    assert "simulated" in title and "Table 2" in title
+    row16 = table.set_index("workers").loc[16]
+    assert row16["dana_dc acc"] == pytest.approx(0.96) and row16["dana_slim acc"] == pytest.approx(0.93)
+    assert row16["nag_asgd gap"] == pytest.approx(0.04)  # seeds' mean gaps 0.02, 0.04, 0.06: median 0.04
+    assert row16["paper dana_dc"] == pytest.approx(91.01) and row16["paper nag_asgd"] == pytest.approx(17.45)
+    assert row16["ordering"] == "holds"
+    assert table.set_index("workers").loc[8, "ordering"] == "does not hold"  # NAG-ASGD 0.7 > Slim 0.5
+    assert "holds here in 1 of 1 settings" in dana.verdict([(title, table)])
