@@ -29,6 +29,9 @@ REGISTRY: dict[str, str] = {
     "cifar100_wrn16_8": "benchmarks.tasks.cifar:CIFAR100_WRN16_8",
     "cifar100_squeezenet": "benchmarks.tasks.cifar:CIFAR100_SQUEEZENET",
     "imagenet_resnet50": "benchmarks.tasks.imagenet:TASK",
+    "cityscapes_deeplabv3": "benchmarks.tasks.cityscapes:TASK",
+    "wmt17_transformer": "benchmarks.tasks.wmt17:TASK",
+    "navigation_ddppo": "benchmarks.tasks.navigation:TASK",
 }
 
 # Hyper-parameters every task defines; ``--set`` reaches each of them, type-checked against these.
