@@ -83,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     if launch is None:  # started plainly: be the launcher of a virtual cluster
         cfg.out.mkdir(parents=True, exist_ok=True)
         code, reason = bootstrap.spawn_local(argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
-        if reason and rundir.read_summary(cfg.out) is None:
+        summary = rundir.read_summary(cfg.out)
+        if reason and summary is None:
             rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "failed", error=reason))
+        elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
+            # rank 0 saw only the consequence (a closed connection); the launcher saw the cause
+            summary["error"] = f"{reason}; rank 0 then reported: {summary.get('error')}"
+            rundir.write_json_atomic(cfg.out / "summary.json", summary)
         if code == bootstrap.EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
             rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "timeout", error="stopped at start-up"))
         if reason:
@@ -319,7 +324,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
                 break
         if epoch + 1 == h["epochs"]:
             break
-        stopping = stop.agreed()  # owns_loop algorithms stop here; the others when signalled in the last step
+        stopping = stop.agreed(drain=True)  # every flag so far: owns_loop algorithms stop here
         if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):
             save_checkpoint(0, torch.zeros((), dtype=torch.float64), checkpoint.rng_state())
         if stopping:
