@@ -274,7 +274,7 @@ def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # a forked child has the runner's handlers
             signal.signal(sig, signal.SIG_DFL)
         torch.set_num_threads(threads)
-        torch.manual_seed(seed)  # dropout differs between updaters
+        torch.manual_seed(seed % 2**63)  # dropout differs between updaters
         updater = Updater(model, block, bufs, started, toggle, **settings)
         up.put(u)
         slots, template, loss_fn, schedule, stragglers = _get(setup, parent)

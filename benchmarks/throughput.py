@@ -6,7 +6,8 @@
 For each world size W it starts W gloo processes on this machine (``--nodes`` virtual nodes of W/N
 processes) and times ``--steps`` training steps after ``--warmup`` untimed ones, for the bare loop
 (``optimizer.step()`` only, "none") and for each algorithm, in one process group so they share the
-conditions. It prints samples per second over all workers, the ratio to "none", and the implied
+conditions; an algorithm that owns its loop (LAP/LPP-SGD) gets the warm-up and the timed steps as
+two epochs of batches. It prints samples per second over all workers, the ratio to "none", and the implied
 share of a step spent communicating (1 - ratio). Repeat ``--repeats`` times and compare ratios
 within one invocation: on a shared 2-core machine absolute numbers move by ±20 %. The timed steps
 form one epoch, so schedule-driven algorithms are measured in their steady state: post-local SGD
@@ -50,7 +51,19 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
         train_model, step = algo.prepare(model, optimizer, plan), algo.step
     x_all, y_all = train_set[:][0], train_set[:][1]
     g = torch.Generator().manual_seed(rank)
-    for i in range(warmup + steps):
+    if name != "none" and algo.owns_loop:  # asynchronous family: it runs the batches itself, one epoch each
+        def epoch(index: int, n: int, first: int) -> None:
+            picks = [torch.randint(0, len(y_all), (batch,), generator=g) for _ in range(n)]
+            algo.train_epoch(algorithms.Epoch(
+                epoch=index, batches=[(x_all[idx], y_all[idx]) for idx in picks], task=task, optimizer=optimizer,
+                lr_factor=lambda s: 1.0, step=first, stragglers=stragglers, device=torch.device("cpu"),
+                progress=lambda n: None))
+
+        epoch(0, warmup, 0)
+        dist.barrier()
+        start = time.perf_counter()
+        epoch(1, steps, warmup)
+    for i in range(warmup + steps) if name == "none" or not algo.owns_loop else ():
         if i == warmup:
             dist.barrier()
             start = time.perf_counter()
