@@ -17,6 +17,7 @@ import ctypes
 import datetime
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -64,11 +66,39 @@ def detect() -> Launch | None:
             return Launch(rank, size, "mpirun", addr, port, job)
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:  # inside an srun step
         rank, size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
-        addr = env.get("MASTER_ADDR") or _first_slurm_host() + env.get("DPB_MASTER_SUFFIX", "")
+        if env.get("MASTER_ADDR"):
+            addr = env["MASTER_ADDR"]
+        else:
+            host = _first_slurm_host()
+            addr = host + master_suffix(host, env)
         # One port per job step, so that two runs sharing a node do not collide.
         port = int(env.get("MASTER_PORT") or 20000 + (int(job or 0) * 16 + int(env["SLURM_STEP_ID"])) % 40000)
         return Launch(rank, size, "srun", addr, port, job)
     return None
+
+
+def master_suffix(host: str, env: Mapping[str, str]) -> str:
+    """What to append to the first host's name so that the ranks meet over the fast network.
+
+    ``DPB_MASTER_SUFFIX`` wins when set, even empty. Otherwise it is ``i`` on JUWELS, where a
+    node's plain name (jwb0001) is its Ethernet address and the name with ``i`` (jwb0001i) its
+    InfiniBand one, as JSC's PyTorch guide sets ``MASTER_ADDR``; elsewhere nothing. JUWELS is
+    recognised by JSC's ``SYSTEMNAME`` (juwels, juwelsbooster) or by its compute nodes' names.
+    """
+    if "DPB_MASTER_SUFFIX" in env:
+        return env["DPB_MASTER_SUFFIX"]
+    on_juwels = env.get("SYSTEMNAME", "").startswith("juwels") or JUWELS_NODE.match(host) is not None
+    return "i" if on_juwels else ""
+
+
+JUWELS_NODE = re.compile(r"jw[bc]\d+(n\d+)?$")  # Booster jwb0001, Cluster jwc01n001
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list such as ``jwb[0001-0004,0009],jwc01n001`` (pure text)."""
+    prefix, ranges, suffix = re.match(r"([^,\[]*)(\[[^\]]*\])?([^,\[]*)", nodelist).groups()
+    first = re.split(r"[-,]", ranges[1:-1], maxsplit=1)[0] if ranges else ""
+    return prefix + first + suffix
 
 
 def _first_slurm_host() -> str:
@@ -77,8 +107,8 @@ def _first_slurm_host() -> str:
         out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
                              text=True, check=True, timeout=30).stdout.split()
         return out[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return nodelist.split(",")[0] or "127.0.0.1"
+    except (OSError, subprocess.SubprocessError, IndexError):  # no scontrol here: read the list
+        return first_host(nodelist) or "127.0.0.1"
 
 
 def _mpi_rendezvous(rank: int) -> tuple[str, int]:
@@ -154,6 +184,66 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+class _ForkedRank:
+    """One rank forked from the launcher, which has already imported torch and the suite.
+
+    Forking instead of starting ``python -m benchmarks.run`` per rank saves each rank the imports
+    (about 2.5 CPU-seconds, most of a small run's cost on a 2-core machine). The launcher has run no
+    torch operation, so no thread pool or lock is inherited in use; the child runs the entry point
+    with the launcher's ``argv`` and the torchrun-style environment, and never returns.
+    The interface is ``subprocess.Popen``'s, as far as the launcher uses it.
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid, self.returncode = os.fork(), None
+        if self.pid == 0:
+            code = 1
+            try:
+                _die_with_parent()
+                os.environ.clear()
+                os.environ.update(env)
+                from benchmarks import run
+
+                code = run.main(argv)
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+            except BaseException:  # noqa: BLE001 - a rank that crashes must not return into the launcher
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 def _die_with_parent() -> None:
     """In a child: ask Linux to SIGKILL us when the launcher dies, so no rank outlives it."""
     try:
@@ -184,8 +274,7 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
                    LOCAL_RANK=str(rank % procs_per_node), LOCAL_WORLD_SIZE=str(procs_per_node),
                    GROUP_RANK=str(rank // procs_per_node), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), DPB_LAUNCHER="local", OMP_NUM_THREADS=str(threads))
-        procs.append(subprocess.Popen([sys.executable, "-m", "benchmarks.run", *argv], env=env,
-                                      preexec_fn=_die_with_parent))
+        procs.append(_ForkedRank(argv, env))
 
     stop = {"signal": None}
 
@@ -207,7 +296,7 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
             if stop["signal"] is not None:
                 reason = f"launcher received {signal.Signals(stop['signal']).name}"
             elif failed:
-                rank, code = failed[0]
+                rank, code = min(failed, key=lambda rc: (rc[1] > 0, rc[0]))  # a killed rank is the cause
                 how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
                 reason = f"rank {rank} ended with {how}"
             if reason or None not in codes:

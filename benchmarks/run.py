@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if cfg.settings["clock"] == "simulated":  # P logical workers in this one process
+        from benchmarks import simulator
+
+        return simulator.simulate(cfg)
     launch = bootstrap.detect()
     if launch is None:  # started plainly: be the launcher of a virtual cluster
         cfg.out.mkdir(parents=True, exist_ok=True)
