@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CI, second part: the cluster path on a real one-node Slurm cluster with accounting.
+# Installs and starts Slurm (.ci/slurm/cluster.sh), runs config/ci-slurm.yaml (3 algorithms x 1 seed
+# on digits, 2 ranks per job) with `snakemake --profile slurm` in a scratch copy of the repository,
+# checks that every run went through sbatch and srun (sacct: a step with NTasks = ranks) and is in
+# the report (.ci/slurm/check_sweep.py), and stops every daemon, also on failure or timeout.
+# Needs root (daemons, /etc/slurm) and .venv from envs/install.sh.
+#   .ci/slurm_sweep.sh            # about 2-3 minutes on an idle 2-core machine
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CLUSTER="$ROOT/.ci/slurm/cluster.sh"
+SWEEP_LIMIT_S=${SWEEP_LIMIT_S:-300}  # the snakemake sweep alone; .ci/run bounds the whole script
+[ "$(id -u)" -eq 0 ] || { echo "error: the Slurm sweep starts daemons and needs root (CI runs as root)" >&2; exit 1; }
+[ -x "$ROOT/.venv/bin/snakemake" ] || { echo "error: no .venv/bin/snakemake; run ./envs/install.sh first" >&2; exit 1; }
+
+WORK="$(mktemp -d /tmp/dpb-slurm-sweep.XXXXXX)"
+cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
+  if command -v scancel >/dev/null 2>&1 && [ -s /run/slurmctld.pid ]; then
+    scancel --user=root 2>/dev/null || true  # jobs of an interrupted sweep
+  fi
+  bash "$CLUSTER" stop || true
+  rm -rf "$WORK"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM  # run cleanup (via EXIT) when timeout or Ctrl-C ends the sweep
+
+t0=$(date +%s)
+bash "$CLUSTER" install
+bash "$CLUSTER" start
+since=$(date +%Y-%m-%dT%H:%M:%S)
+
+# A scratch copy: the sweep's results/ and .snakemake/ stay out of the checkout.
+tar -C "$ROOT" --exclude=./.venv --exclude=./results --exclude=./.snakemake --exclude=./.git \
+    --exclude='*/__pycache__' -cf - . | tar -C "$WORK" -xf -
+cd "$WORK"
+export PATH="$ROOT/.venv/bin:$PATH"  # jobs inherit it (sbatch --export=ALL)
+t1=$(date +%s)
+# As a user types it, plus quick status polling for a cluster that answers at once.
+timeout "$SWEEP_LIMIT_S" snakemake --profile slurm --configfile config/ci-slurm.yaml \
+    --slurm-init-seconds-before-status-checks 5 --seconds-between-status-checks 5 > sweep.log 2>&1 \
+  || { code=$?; tail -n 60 sweep.log; tail -n 20 .snakemake/slurm_logs/*/*/*.log results/logs/*/*.log 2>/dev/null || true
+       echo "error: the Slurm sweep failed (exit $code)" >&2; exit 1; }
+t2=$(date +%s)
+"$ROOT/.venv/bin/python" "$ROOT/.ci/slurm/check_sweep.py" --workdir "$WORK" \
+    --configfile config/ci-slurm.yaml --since "$since"
+echo "slurm sweep: $((t2 - t1)) s through sbatch (snakemake), $(( $(date +%s) - t0 )) s in all with install and start"
