@@ -49,11 +49,13 @@ class Plan:
         steps_per_epoch: optimizer steps per epoch on each worker.
         epochs: epochs of the run.
         milestones: epochs at which the learning rate decays (empty for smooth schedules).
+        warmup_epochs: epochs of the task's linear lr warm-up (for algorithms with their own lr rule).
     """
 
     steps_per_epoch: int
     epochs: int
     milestones: tuple[int, ...] = ()
+    warmup_epochs: int = 0
 
 
 @dataclass

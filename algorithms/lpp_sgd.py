@@ -40,7 +40,7 @@ class LAPSGD(Algorithm):
     averaged: batch-norm statistics stay each worker's own, and ``eval_model()`` is the worker's own
     model, each rank scoring its slice of the validation set (the official code's test, spec 3.7).
     The learning rate is the method's own, set before each update from the worker's update counter
-    (spec 3.5): a linear warm-up over ``warmup_epochs`` from alpha_0 to alpha_w = alpha_0 x B_loc x
+    (spec 3.5): a linear warm-up over the task's ``warmup_epochs`` (5 in the paper's recipes) from alpha_0 to alpha_w = alpha_0 x B_loc x
     Q / B_base, then cosine annealing. As everywhere in the suite, the task's ``lr`` is the run's
     warmed-up rate alpha_w (Table 13's alpha^w_DP, which equals alpha^w_LAP), and alpha_0 follows
     from the rule; the task's ``schedule`` and ``milestones`` do not apply.
@@ -51,7 +51,6 @@ class LAPSGD(Algorithm):
         period: H, updates of a worker between averages after the switch (default 16, CIFAR; the
             paper uses 8 for ImageNet).
         switch_epoch: epoch from which K = H (default -1: half the epochs, the paper's T/2).
-        warmup_epochs: epochs of linear warm-up (default 5, the paper's; 0 starts at the peak).
         base_batch: B_base of the scaling rule (default 0: the task's standard per-worker batch,
             128 on CIFAR, 32 on ImageNet).
         poll_ms: pause of the averager between two polls that did not average (default 0, the
@@ -78,16 +77,16 @@ class LAPSGD(Algorithm):
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)
 
     def __init__(self, topology: Topology, *, updaters: int = 4, period: int = 16, switch_epoch: int = -1,
-                 warmup_epochs: int = 5, base_batch: int = 0, poll_ms: float = 0.0) -> None:
+                 base_batch: int = 0, poll_ms: float = 0.0) -> None:
         super().__init__(topology)
         for name, value, low in (("updaters", updaters, 1), ("period", period, 1), ("switch_epoch", switch_epoch, -1),
-                                 ("warmup_epochs", warmup_epochs, 0), ("base_batch", base_batch, 0)):
+                                 ("base_batch", base_batch, 0)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"Arg ``{name}`` must be an integer >= {low}, got {value!r}.")
         if poll_ms < 0:
             raise ValueError(f"Arg ``poll_ms`` must be >= 0, got {poll_ms}.")
         self.updaters, self.period, self.switch_epoch = updaters, period, switch_epoch
-        self.warmup_epochs, self.base_batch, self.poll_s = warmup_epochs, base_batch, poll_ms / 1000.0
+        self.base_batch, self.poll_s = base_batch, poll_ms / 1000.0
         self.pool: UpdaterPool | None = None
         self.schedule: Schedule | None = None
         self.last = 0  # this worker's counter at its last average (the official ``last_averaged_at``)
@@ -163,7 +162,7 @@ class LAPSGD(Algorithm):
         base_batch = self.base_batch or epoch.task.hparams["batch_size"]
         start = lr / warmed_up_lr(1.0, batch_size, workers, base_batch)  # alpha_0 = alpha_w B_base / (B_loc Q)
         peak = warmed_up_lr(start, batch_size, workers, base_batch, self.boost)
-        return Schedule(self.plan.steps_per_epoch, self.plan.epochs, start, peak, self.warmup_epochs,
+        return Schedule(self.plan.steps_per_epoch, self.plan.epochs, start, peak, self.plan.warmup_epochs,
                         self.partial_start(self.plan))
 
     def _average(self) -> None:
@@ -232,7 +231,7 @@ class LPPSGD(LAPSGD):
     ``lr_boost`` times LAP-SGD's (spec 3.5).
 
     Args:
-        updaters, period, switch_epoch, warmup_epochs, base_batch, poll_ms: as LAP-SGD.
+        updaters, period, switch_epoch, base_batch, poll_ms: as LAP-SGD.
         partial_start_epoch: T_st in epochs (default -1: a tenth of the epochs, the paper's T/10:
             30 of 300, 20 of 200, 9 of 90).
         lr_boost: multiplier of LAP-SGD's warmed-up lr (default 1.25, Table 13).
@@ -250,10 +249,10 @@ class LPPSGD(LAPSGD):
     """
 
     def __init__(self, topology: Topology, *, updaters: int = 4, period: int = 16, switch_epoch: int = -1,
-                 warmup_epochs: int = 5, base_batch: int = 0, poll_ms: float = 0.0, partial_start_epoch: int = -1,
+                 base_batch: int = 0, poll_ms: float = 0.0, partial_start_epoch: int = -1,
                  lr_boost: float = 1.25) -> None:
         super().__init__(topology, updaters=updaters, period=period, switch_epoch=switch_epoch,
-                         warmup_epochs=warmup_epochs, base_batch=base_batch, poll_ms=poll_ms)
+                         base_batch=base_batch, poll_ms=poll_ms)
         if not isinstance(partial_start_epoch, int) or partial_start_epoch < -1:
             raise ValueError(f"Arg ``partial_start_epoch`` must be -1 (a tenth of the epochs) or >= 0, "
                              f"got {partial_start_epoch!r}.")

@@ -210,7 +210,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
                                 nesterov=h["nesterov"], weight_decay=h["weight_decay"])
     lr_factor = lr_lambda(h, steps_per_epoch, replicas)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else ())
+    plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else (),
+                           h["warmup_epochs"])
     train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
 

@@ -96,7 +96,7 @@ def test_the_runs_lr_is_the_warmed_up_rate_and_lpp_boosts_it():
     for cls, peak in ((LAPSGD, 0.2), (LPPSGD, 0.25)):
         algo = cls(Topology(0, nodes=1, procs_per_node=2))
         algo.optimizer = torch.optim.SGD(nn.Linear(3, 2).parameters(), lr=0.2)
-        algo.plan = algorithms.Plan(steps_per_epoch=10, epochs=300)
+        algo.plan = algorithms.Plan(steps_per_epoch=10, epochs=300, warmup_epochs=5)
         schedule = algo._schedule(batch, epoch)
         assert (schedule.start_lr, schedule.peak_lr) == pytest.approx((0.1, peak))
         assert schedule.lr(0) == pytest.approx(0.1) and schedule.lr(50) == pytest.approx(peak)
@@ -179,7 +179,7 @@ def _rounds(rank: int, world: int, store: str, out: str) -> None:
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     plan = algorithms.Plan(steps_per_epoch=40, epochs=100)  # K = 1 until epoch 50
-    algo = LPPSGD(Topology(rank, nodes=1, procs_per_node=world), updaters=2, warmup_epochs=0, partial_start_epoch=1)
+    algo = LPPSGD(Topology(rank, nodes=1, procs_per_node=world), updaters=2, partial_start_epoch=1)
     algo.prepare(model, optimizer, plan)
     task = SimpleNamespace(loss=nn.functional.cross_entropy, hparams={"batch_size": 8})
     g = torch.Generator().manual_seed(rank)
