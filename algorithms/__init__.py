@@ -31,6 +31,13 @@ REGISTRY: dict[str, str] = {
     "wagma": "algorithms.wagma:WAGMA",
     "lap_sgd": "algorithms.lpp_sgd:LAPSGD",
     "lpp_sgd": "algorithms.lpp_sgd:LPPSGD",
+    "asgd": "algorithms.parameter_server:ASGD",
+    "nag_asgd": "algorithms.parameter_server:NAGASGD",
+    "multi_asgd": "algorithms.parameter_server:MultiASGD",
+    "dc_asgd": "algorithms.parameter_server:DCASGD",
+    "dana_zero": "algorithms.parameter_server:DANAZero",
+    "dana_slim": "algorithms.parameter_server:DANASlim",
+    "dana_dc": "algorithms.parameter_server:DANADC",
 }
 
 

@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "cifar10_wrn16_8": "benchmarks.tasks.cifar:CIFAR10_WRN16_8",
     "cifar10_squeezenet": "benchmarks.tasks.cifar:CIFAR10_SQUEEZENET",
     "cifar100_resnet20": "benchmarks.tasks.cifar:CIFAR100_RESNET20",
+    "cifar100_wrn16_4": "benchmarks.tasks.cifar:CIFAR100_WRN16_4",
     "cifar100_wrn16_8": "benchmarks.tasks.cifar:CIFAR100_WRN16_8",
     "cifar100_squeezenet": "benchmarks.tasks.cifar:CIFAR100_SQUEEZENET",
     "imagenet_resnet50": "benchmarks.tasks.imagenet:TASK",
