@@ -4,6 +4,13 @@ The suite's only training loop. Started plainly it checks the configuration, the
 ranks of a virtual cluster itself; under srun, torchrun or mpirun it joins that job. Rank 0 writes
 the run directory (see results/README.md). The clock follows MLPerf: it starts just before the first
 training batch is read and includes evaluation; each reading is the slowest rank's.
+
+Checkpoint and resume (``benchmarks/checkpoint.py``): every ``checkpoint_every`` epochs, and when
+SIGTERM or SIGUSR1 (Slurm's time-limit warning, ``scancel``) arrives, at a step all ranks agree on,
+each rank saves its model, optimizer, lr schedule, algorithm state, RNG and data position; the run
+then ends as ``timeout`` with exit code 75. The same command run again resumes there: the data order
+skips the batches done, the clock goes on from the seconds already spent (saving is not counted),
+metrics.csv is appended to. Exit codes: 0 completed or diverged, 1 failed, 2 bad input, 75 timeout.
 """
 
 from __future__ import annotations
