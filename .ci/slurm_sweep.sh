@@ -14,18 +14,30 @@ SWEEP_LIMIT_S=${SWEEP_LIMIT_S:-300}  # the snakemake sweep alone; .ci/run bounds
 [ -x "$ROOT/.venv/bin/snakemake" ] || { echo "error: no .venv/bin/snakemake; run ./envs/install.sh first" >&2; exit 1; }
 
 WORK="$(mktemp -d /tmp/dpb-slurm-sweep.XXXXXX)"
+sweep_pid=""
+stop_sweep() {  # TERM the snakemake sweep (if running), give it 10 s to cancel its jobs, then KILL
+  [ -n "$sweep_pid" ] && kill -0 "$sweep_pid" 2>/dev/null || return 0
+  kill -TERM "$sweep_pid" 2>/dev/null || true
+  for _ in $(seq 20); do kill -0 "$sweep_pid" 2>/dev/null || return 0; sleep 0.5; done
+  pkill -KILL -P "$sweep_pid" 2>/dev/null || true  # the snakemake under this script's timeout
+  kill -KILL "$sweep_pid" 2>/dev/null || true
+}
 cleanup() {
   local code=$?
   trap - EXIT INT TERM
+  stop_sweep
   if command -v scancel >/dev/null 2>&1 && [ -s /run/slurmctld.pid ]; then
     scancel --user=root 2>/dev/null || true  # jobs of an interrupted sweep
   fi
-  bash "$CLUSTER" stop || true
+  cd "$ROOT"
   rm -rf "$WORK"
+  bash "$CLUSTER" stop || true
   exit "$code"
 }
 trap cleanup EXIT
-trap 'exit 143' INT TERM  # run cleanup (via EXIT) when timeout or Ctrl-C ends the sweep
+# When timeout or Ctrl-C ends the sweep: exit at once (the sweep runs in the background and the
+# script waits with `wait`, which a signal interrupts), and the EXIT trap cleans up.
+trap 'exit 143' INT TERM
 
 t0=$(date +%s)
 bash "$CLUSTER" install
@@ -40,9 +52,12 @@ export PATH="$ROOT/.venv/bin:$PATH"  # jobs inherit it (sbatch --export=ALL)
 t1=$(date +%s)
 # As a user types it, plus quick status polling for a cluster that answers at once.
 timeout "$SWEEP_LIMIT_S" snakemake --profile slurm --configfile config/ci-slurm.yaml \
-    --slurm-init-seconds-before-status-checks 5 --seconds-between-status-checks 5 > sweep.log 2>&1 \
+    --slurm-init-seconds-before-status-checks 5 --seconds-between-status-checks 5 > sweep.log 2>&1 &
+sweep_pid=$!
+wait "$sweep_pid" \
   || { code=$?; tail -n 60 sweep.log; tail -n 20 .snakemake/slurm_logs/*/*/*.log results/logs/*/*.log 2>/dev/null || true
        echo "error: the Slurm sweep failed (exit $code)" >&2; exit 1; }
+sweep_pid=""
 t2=$(date +%s)
 "$ROOT/.venv/bin/python" "$ROOT/.ci/slurm/check_sweep.py" --workdir "$WORK" \
     --configfile config/ci-slurm.yaml --since "$since"
