@@ -22,6 +22,7 @@ in every step.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +138,22 @@ def _write_atomic(path: Path, payload: dict[str, object]) -> None:
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+class ResumableSampler(DistributedSampler):
+    """``DistributedSampler`` whose next epoch can start part-way: the first ``skip`` indices are dropped.
+
+    The order is a function of the seed and the epoch, so skipping the samples of the batches done
+    before a checkpoint puts the data order exactly where it was, without loading those samples.
+    A task's ``make_loader`` must therefore draw each batch's ``batch_size`` samples from the sampler
+    in order (as ``DataLoader`` does).
+    """
+
+    skip = 0
+
+    def __iter__(self):
+        skip, self.skip = self.skip, 0
+        return itertools.islice(super().__iter__(), skip, None)
 
 
 class StopRequest:

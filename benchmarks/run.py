@@ -16,7 +16,6 @@ metrics.csv is appended to. Exit codes: 0 completed or diverged, 1 failed, 2 bad
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import math
 import os
@@ -28,13 +27,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Subset
 
 import algorithms
 from algorithms.topology import Topology
+from benchmarks import checkpoint, rundir, tasks
 from benchmarks import config as config_mod
 from benchmarks import dist as bootstrap
-from benchmarks import checkpoint, rundir, tasks
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.stragglers import Stragglers
 
@@ -204,8 +203,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     model = task.make_model().to(device)
     algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
     replicas, shard = algo.data_shard()
-    sampler = _ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
-                                seed=cfg.seed, drop_last=True)
+    sampler = checkpoint.ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
+                                          seed=cfg.seed, drop_last=True)
     loader = task.train_loader(train_set, sampler, h["batch_size"], model, device)
     # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
     val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256)
@@ -350,22 +349,6 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if status == "timeout":  # the clock so far; the others end at their last evaluation
         return status, _fields(state, steps, _global_max(time.perf_counter() - t0))
     return status, _fields(state, state["step"], state["row"].get("wall_s", _global_max(time.perf_counter() - t0)))
-
-
-class _ResumableSampler(DistributedSampler):
-    """``DistributedSampler`` whose next epoch can start part-way: the first ``skip`` indices are dropped.
-
-    The order is a function of the seed and the epoch, so skipping the samples of the batches done
-    before a checkpoint puts the data order exactly where it was, without loading those samples.
-    A task's ``make_loader`` must therefore draw each batch's ``batch_size`` samples from the sampler
-    in order (as ``DataLoader`` does).
-    """
-
-    skip = 0
-
-    def __iter__(self):
-        skip, self.skip = self.skip, 0
-        return itertools.islice(super().__iter__(), skip, None)
 
 
 def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, object]:

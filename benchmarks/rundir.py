@@ -88,13 +88,13 @@ class MetricsWriter:
         self.columns = METRIC_COLUMNS + [c for c in extra_columns if c not in METRIC_COLUMNS]
         if resume_at is not None and path.exists() and path.stat().st_size >= resume_at:
             os.truncate(path, resume_at)
-            self.file = open(path, "a", newline="")
+            self.file = open(path, "a", newline="")  # noqa: SIM115 - open for the whole run, closed by close()
             self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
             return
         if resume_at is not None:
             raise FileNotFoundError(f"{path} is missing or shorter than its checkpoint recorded ({resume_at} "
                                     "bytes); delete the run's checkpoint/ folder to start it afresh")
-        self.file = open(path, "w", newline="")
+        self.file = open(path, "w", newline="")  # noqa: SIM115 - open for the whole run, closed by close()
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
         self.writer.writeheader()
         self.file.flush()
