@@ -267,6 +267,9 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
                   "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
         checkpoint.save(cfg.out, topo.rank, world, shard, record, control)
         t0 += time.perf_counter() - start  # saving is not training: the clock pauses
+        if master:
+            logger.info("checkpoint at epoch %d batch %d saved in %.3f s", state["epoch"], batch,
+                        time.perf_counter() - start)
 
     status, steps = "completed", None
     for epoch in range(state["epoch"], h["epochs"]):
