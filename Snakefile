@@ -53,6 +53,10 @@ wildcard_constraints:
     seed=r"\d+",
 
 
+# The analysis is seconds of pandas and matplotlib: on the submitting host, never a cluster job.
+localrules: all, aggregate, tables, figures, report
+
+
 rule all:
     default_target: True
     input:

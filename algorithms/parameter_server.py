@@ -91,6 +91,8 @@ class ParameterServer(Algorithm):
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         model = super().prepare(model, optimizer, plan)
+        # Messages are flat CPU vectors with any-source receives: gloo's, also when the job runs on NCCL.
+        self.group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         self.momentum = optimizer.defaults["momentum"]
         self.weight_decay = optimizer.defaults["weight_decay"]
         self.point = parameters_to_vector(model.parameters()).detach().cpu()  # a worker's current vector
@@ -122,8 +124,8 @@ class ParameterServer(Algorithm):
             message[:-1].copy_(payload)
             message[-1] = loss.item()
             start = self._timed_start()
-            dist.send(message, dst=0)
-            dist.recv(self.point, src=0)
+            dist.send(message, dst=0, group=self.group)
+            dist.recv(self.point, src=0, group=self.group)
             self._timed_stop(start)
             loss_sum += loss.item()
             batches += 1
@@ -136,7 +138,7 @@ class ParameterServer(Algorithm):
         lr0 = epoch.optimizer.defaults["lr"]
         for _ in range(messages):
             start = time.perf_counter()
-            i = dist.recv(message) - 1  # any source: the first gradient to arrive is served first
+            i = dist.recv(message, group=self.group) - 1  # any source: the first gradient to arrive is served first
             self.comm_s += time.perf_counter() - start
             g = message[:-1]
             self.gap_sum += async_rules.gap(self.master.params, self.last_sent[i])
@@ -147,7 +149,7 @@ class ParameterServer(Algorithm):
             self.updates += 1
             self.last_sent[i].copy_(reply)
             self.sent_at[i] = self.updates
-            dist.send(reply, dst=i + 1)
+            dist.send(reply, dst=i + 1, group=self.group)
             if (self.updates % self.workers) == 0:
                 epoch.progress(1)
         for group in epoch.optimizer.param_groups:
@@ -157,7 +159,7 @@ class ParameterServer(Algorithm):
     def eval_model(self) -> nn.Module:
         """The master's stored vector (spec A-14) with the workers' mean batch-norm statistics."""
         vector = self.master.params.clone() if self.is_master else torch.empty_like(self.point)
-        dist.broadcast(vector, src=0)
+        dist.broadcast(vector, src=0, group=self.group)
         with torch.no_grad():
             vector_to_parameters(vector.to(next(self.model.parameters()).device), self.model.parameters())
             for b in self.model.buffers():

@@ -266,7 +266,7 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     """
     world = nodes * procs_per_node
     if threads <= 0:
-        threads = max(1, (os.cpu_count() or 1) // procs_per_node)
+        threads = max(1, len(os.sched_getaffinity(0)) // procs_per_node)
     port = free_port()
     procs: list[subprocess.Popen] = []
     for rank in range(world):

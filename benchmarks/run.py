@@ -160,7 +160,7 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     if master:
         out.mkdir(parents=True, exist_ok=True)
         _setup_logging(out / "log.txt")
-    threads = s["threads"] or max(1, (os.cpu_count() or 1) // cfg.procs_per_node)
+    threads = s["threads"] or default_threads(cfg.procs_per_node)
     torch.set_num_threads(threads)
     device = bootstrap.pick_device(s["device"], topo.local_rank)
     backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device.type)
@@ -183,6 +183,13 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
             checkpoint.remove(out)
     dist.destroy_process_group()
     return bootstrap.EXIT_TIMEOUT if status == "timeout" else 0
+
+
+def default_threads(procs_per_node: int) -> int:
+    """Torch threads per rank: the CPUs this rank may use (srun's ``--cpus-per-task`` binds them),
+    or, where every rank sees the whole machine (the local launcher), an equal share of it."""
+    available, total = len(os.sched_getaffinity(0)), os.cpu_count() or 1
+    return max(1, available if available < total else total // procs_per_node)
 
 
 def _setup_logging(path: Path) -> None:
@@ -309,8 +316,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
                 break
         state["step"] += steps_per_epoch
         state["batches"] += batches
-        sums = torch.tensor([float(loss_sum), float(batches)], dtype=torch.float64)
-        dist.all_reduce(sums)  # job-wide mean loss, and every rank's batches (workers only, for a server)
+        sums = _reduced([float(loss_sum), float(batches)])  # job-wide mean loss and every rank's batches
         train_loss = sums[0].item() / max(sums[1].item(), 1.0)
         state["samples"] += int(sums[1].item()) * h["batch_size"]
         state["epoch"] = epoch + 1
@@ -366,16 +372,20 @@ def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, obje
     }
 
 
+def _reduced(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+    """All-reduce a few numbers over the job; on the GPU under NCCL, which has no CPU tensors."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op)
+    return t.cpu()
+
+
 def _global_mean(value: torch.Tensor | float) -> float:
-    t = torch.as_tensor(value, dtype=torch.float64).reshape(1).cpu()
-    dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
+    return _reduced([float(value)])[0].item() / dist.get_world_size()
 
 
 def _global_max(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+    return _reduced([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
 class _Recorder:

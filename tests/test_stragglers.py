@@ -25,4 +25,15 @@ def test_a_delayed_rank_sleeps_and_none_never_does():
     assert time.perf_counter() - start >= 0.03 and s.delayed_steps == 1
     assert Stragglers("none", 0, 4).delayed(7) == []
     with pytest.raises(ValueError, match="``straggler``"):
-        Stragglers("gamma", 0, 4)
+        Stragglers("lognormal", 0, 4)
+
+
+def test_gamma_delays_are_drawn_alike_on_every_rank_and_slept_by_each():
+    """Every rank holds the job's generator: the heterogeneous machine means agree without communication."""
+    views = [Stragglers("gamma_het", r, 4, delay_ms=5.0, seed=3) for r in range(4)]
+    assert all((v.times.means == views[0].times.means).all() for v in views)
+    assert len(set(views[0].times.means.tolist())) == 4  # each worker its own mean speed
+    start = time.perf_counter()
+    for step in range(4):
+        views[1].before_step(step)
+    assert time.perf_counter() - start > 0 and views[1].delayed_steps == 4
