@@ -31,6 +31,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
     "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
+    "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by the workers (Goyal et al.)
     "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
     "straggler": (str, "none"),  # none | fixed | gamma | gamma_het (benchmarks/stragglers.py)
     "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
@@ -196,6 +197,8 @@ def resolve(
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
     _check_values(config)
+    if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x global batch / per-worker batch
+        config.hparams["lr"] = config.hparams["lr"] * config.world_size
     if check_data and task_obj.check_data is not None:
         root = config.settings["data_root"]
         try:

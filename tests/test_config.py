@@ -76,3 +76,12 @@ def test_summary_is_written_atomically(tmp_path):
     rundir.write_json_atomic(tmp_path / "summary.json", {"status": "completed", "x": math.pi})
     assert json.loads((tmp_path / "summary.json").read_text())["x"] == math.pi
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left behind
+
+
+def test_scale_lr_applies_the_linear_rule_to_the_run_and_records_it(tmp_path):
+    from benchmarks import config
+
+    plain = config.resolve("ddp", "digits", 2, 4, 0, tmp_path, ["lr=0.0125"])
+    scaled = config.resolve("ddp", "digits", 2, 4, 0, tmp_path, ["lr=0.0125", "scale_lr=true"])
+    assert plain.hparams["lr"] == 0.0125 and scaled.hparams["lr"] == pytest.approx(0.1)  # 0.0125 x 8 workers
+    assert scaled.to_json()["settings"]["scale_lr"] is True
