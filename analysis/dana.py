@@ -66,6 +66,8 @@ def comparison(runs: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, pd.D
                 p = paper[paper["algorithm"] == algo].set_index("workers")["value"]
                 if not p.empty:
                     table[f"paper {algo}"] = p.reindex(table.index)
+        dana_columns = [c for c in table.columns if c.startswith("dana_") and c.endswith(" acc")]
+        table = table[table[dana_columns].notna().any(axis=1)]  # a worker count without DANA runs says nothing
         table["ordering"] = [_ordering(table.loc[n]) for n in table.index]
         source = (f"paper: {PAPER_TABLES.get(task, 'Table 2 (CIFAR-10 ResNet-20)')}"
                   if not paper.empty else "no paper numbers for this task")
