@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from algorithms.comm import broadcast_, flat_average_
@@ -95,6 +96,7 @@ class Algorithm(abc.ABC):
     overlaps_comm = False  # True where communication hides inside backward and cannot be timed apart
     broadcast_start = True  # start from rank 0's parameters (False where the wrapper does it: DDP, Horovod)
     owns_loop = False  # True: the runner calls ``train_epoch`` instead of stepping each batch
+    tracks_spread = False  # True: workers' models differ between syncs; the runner logs ``model_spread()``
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -163,6 +165,20 @@ class Algorithm(abc.ABC):
                 t.copy_(src)
             flat_average_(target, group)
         return self._eval_copy
+
+    def model_spread(self) -> float:
+        """RMS distance of the workers' parameters from their average (0 right after a global sync).
+
+        How far the models of a decentralised or wait-avoiding method drift apart is its trace. A
+        collective: every rank calls it at the same point (the runner does, after ``end_epoch``).
+        """
+        x = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).double()
+        mean = x.clone()
+        dist.all_reduce(mean)
+        mean /= dist.get_world_size()
+        square = ((x - mean) ** 2).sum().reshape(1)
+        dist.all_reduce(square)
+        return (square.item() / (dist.get_world_size() * x.numel())) ** 0.5
 
     def metrics(self) -> dict[str, float]:
         """The algorithm's own ``metrics.csv`` columns (for example DASO's B and S)."""

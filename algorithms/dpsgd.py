@@ -46,6 +46,8 @@ class DPSGD(Algorithm):
             algo.step()
     """
 
+    tracks_spread = True
+
     def __init__(self, topology: Topology, *, mixing: str = "ring") -> None:
         super().__init__(topology)
         row = mixing_matrix(mixing, topology.world_size)[topology.rank]

@@ -45,6 +45,8 @@ class LocalSGD(Algorithm):
             algo.step()
     """
 
+    tracks_spread = True
+
     def __init__(self, topology: Topology, *, period: int = 10, momentum_mode: str = "local") -> None:
         super().__init__(topology)
         if not isinstance(period, int) or period < 1:

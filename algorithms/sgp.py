@@ -53,6 +53,8 @@ class SGP(Algorithm):
             algo.step()
     """
 
+    tracks_spread = True
+
     def __init__(self, topology: Topology, *, num_peers: int = 1, overlap: int = 0) -> None:
         super().__init__(topology)
         if not isinstance(num_peers, int) or num_peers < 1:

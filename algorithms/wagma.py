@@ -81,6 +81,8 @@ class WAGMA(Algorithm):
         of steps.
     """
 
+    tracks_spread = True
+
     def __init__(self, topology: Topology, *, group_size: int = 0, global_period: int = 10, mode: str = "wait_avoiding",
                  grouping: str = "corrected") -> None:
         super().__init__(topology)

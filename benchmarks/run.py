@@ -322,13 +322,14 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         state["epoch"] = epoch + 1
         algo.end_epoch(train_loss)
         if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
+            spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
             val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
             wall = _global_max(time.perf_counter() - t0)
             comm = _global_mean(algo.comm_s)
             row = {"epoch": epoch + 1, "step": state["step"], "samples": state["samples"],
                    "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
                    "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
-                   **algo.metrics()}
+                   **algo.metrics(), **({"spread": spread} if algo.tracks_spread else {})}
             state["row"] = row
             state["best"] = max(state["best"], val_metric)
             if state["time_to_target_s"] is None and val_metric >= task.target:
@@ -396,7 +397,7 @@ class _Recorder:
     """
 
     def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm, resume: dict[str, object] | None) -> None:
-        self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()),
+        self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()) + ["spread"] * algo.tracks_spread,
                                         resume["metrics_bytes"] if resume else None)
         self.wandb = _init_wandb(cfg, resume["step"] if resume else None) if cfg.settings["wandb"] else None
 

@@ -124,4 +124,4 @@ def test_wagma_reaches_the_digits_target_on_four_processes(tmp_path, extra):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None
-    assert (out / "metrics.csv").read_text().splitlines()[0].endswith("stale_share")
+    assert (out / "metrics.csv").read_text().splitlines()[0].endswith("stale_share,spread")
