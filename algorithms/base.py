@@ -132,11 +132,11 @@ class Algorithm(abc.ABC):
 
     def step(self) -> None:
         """Communicate and update the parameters; called once after each ``loss.backward()``."""
-        raise NotImplementedError(f"{type(self).__name__} owns its loop: the runner calls train_epoch()")
+        raise TypeError(f"{type(self).__name__} owns its loop: the runner calls train_epoch()")
 
     def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
         """Run one epoch's batches (``owns_loop`` algorithms); returns ``(sum of batch losses, batches)``."""
-        raise NotImplementedError(f"{type(self).__name__} is stepped by the runner: set owns_loop to use this")
+        raise TypeError(f"{type(self).__name__} is stepped by the runner: set owns_loop to use this")
 
     def end_epoch(self, train_loss: float) -> None:
         """Schedule logic at the end of an epoch; ``train_loss`` is the job-wide mean."""
