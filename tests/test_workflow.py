@@ -83,12 +83,13 @@ def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):
     expected = {f"imagenet_resnet50__{a}__n{n}x4__s0" for a in runnable for n in matrix["nodes"]}
     assert listed == expected
     # DASO's knobs go to the DASO runs only, Horovod's to Horovod's.
-    assert "max_global_skips" not in _run_command(result.stdout, "ddp")
-    assert "max_global_skips=4" in _run_command(result.stdout, "daso")
+    assert "max_global_skips" not in _run_command(result.stdout, "ddp", "daso-imagenet")
+    assert "max_global_skips=4" in _run_command(result.stdout, "daso", "daso-imagenet")
 
 
-def _run_command(dry_run: str, algorithm: str) -> str:
-    return next(line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line)
+def _run_command(dry_run: str, algorithm: str, suite: str) -> str:
+    """The dry run's command of a run of ``algorithm`` in ``suite`` (jobs are listed in no fixed order)."""
+    return next(line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line and f"suite={suite}'" in line)
 
 
 def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):
@@ -97,6 +98,7 @@ def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     listed = set(re.findall(r"results/runs/wagma-imagenet/(\S+)/summary\.json", result.stdout))
     assert listed == {f"imagenet_resnet50__{a}__n{n}x4__s0" for a in matrix["algorithms"] for n in matrix["nodes"]}
-    assert "straggler_delay_ms=320" in _run_command(result.stdout, "allreduce")
-    assert "global_period=10" in _run_command(result.stdout, "wagma")
-    assert "period=1" in _run_command(result.stdout, "local_sgd")
+    assert "straggler_delay_ms=320" in _run_command(result.stdout, "allreduce", "wagma-imagenet")
+    assert "global_period=10" in _run_command(result.stdout, "wagma", "wagma-imagenet")
+    assert "period=1" in _run_command(result.stdout, "local_sgd", "wagma-imagenet")
+    assert "global_period=8" in _run_command(result.stdout, "wagma", "wagma-rl")
