@@ -89,6 +89,9 @@ class ADPSGD(Algorithm):
             flat = flatten(self.params) + self.pending
             self.pending.zero_()
             unflatten_into(flat, self.params)
+            # Published at once: until the optimizer's step is published below, an exchange must see
+            # the deltas just applied, or the partners would average against a stale model.
+            self.published = flat
         self.optimizer.step()
         with self.lock:
             self.published = flatten(self.params)
