@@ -19,6 +19,7 @@ import yaml
 
 import algorithms
 from benchmarks import tasks
+from benchmarks.schedule import SCHEDULES
 
 # Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
 SETTINGS: dict[str, tuple[object, object]] = {
@@ -216,8 +217,13 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(f"--set {key}: must be positive, got {h[key]}")
     if h["lr"] <= 0:
         raise ConfigError(f"--set lr: must be positive, got {h['lr']}")
-    if h["schedule"] not in ("constant", "cosine", "step"):
-        raise ConfigError(f"--set schedule: must be constant, cosine or step, got {h['schedule']!r}")
+    if h["schedule"] not in SCHEDULES:
+        raise ConfigError(f"--set schedule: must be one of {', '.join(SCHEDULES)}, got {h['schedule']!r}")
+    if h["schedule"] == "plateau":
+        if not 0 < h["gamma"] < 1:
+            raise ConfigError(f"--set gamma: the plateau schedule's factor must be in (0, 1), got {h['gamma']}")
+        if h["plateau_patience"] < 0 or h["min_lr"] < 0:
+            raise ConfigError("--set plateau_patience and min_lr: must not be negative")
     if s["device"] not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):

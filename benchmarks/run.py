@@ -35,6 +35,7 @@ from benchmarks import checkpoint, rundir, tasks
 from benchmarks import config as config_mod
 from benchmarks import dist as bootstrap
 from benchmarks.config import ConfigError, RunConfig
+from benchmarks.schedule import LRSchedule
 from benchmarks.stragglers import Stragglers
 
 logger = logging.getLogger("benchmarks.run")
@@ -131,24 +132,6 @@ def _summary(cfg: RunConfig, status: str, error: str | None = None, **fields: ob
             "clock": "wall", "error": error}
 
 
-def lr_lambda(h: dict[str, object], steps_per_epoch: int, world_size: int):
-    """Multiplier of the peak lr at each optimizer step: linear warm-up, then the schedule."""
-    total = h["epochs"] * steps_per_epoch
-    warmup = h["warmup_epochs"] * steps_per_epoch
-    start = 1.0 / world_size  # warm-up from the single-worker lr (Goyal et al. 2017)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return start + (1.0 - start) * step / warmup
-        if h["schedule"] == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-        if h["schedule"] == "step":
-            return h["gamma"] ** sum(step >= m * steps_per_epoch for m in h["milestones"])
-        return 1.0
-
-    return factor
-
-
 def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
     when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
@@ -221,8 +204,9 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
 
     optimizer = torch.optim.SGD(model.parameters(), lr=h["lr"], momentum=h["momentum"],
                                 nesterov=h["nesterov"], weight_decay=h["weight_decay"])
-    lr_factor = lr_lambda(h, steps_per_epoch, replicas)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    schedule = LRSchedule(h, steps_per_epoch, replicas)
+    # A plain function, which LambdaLR leaves out of its state: the checkpoint saves the schedule itself.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))
     plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else (),
                            h["warmup_epochs"])
     train_model = algo.prepare(model, optimizer, plan)
@@ -235,6 +219,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
+        schedule.load_state_dict(resume["schedule"])
         algo.load_state_dict(resume["algorithm"])
         state.update(resume["runner"])
     if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
@@ -268,7 +253,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         nonlocal t0
         start = time.perf_counter()
         shard = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "scheduler": scheduler.state_dict(), "algorithm": algo.state_dict(), "runner": dict(state),
+                 "scheduler": scheduler.state_dict(), "schedule": schedule.state_dict(),
+                 "algorithm": algo.state_dict(), "runner": dict(state),
                  "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
         record = {"step": state["step"] + batch, "epoch": state["epoch"], "batch": batch,
                   "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
@@ -285,7 +271,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         train_model.train()
         if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
             loss_sum, batches = algo.train_epoch(algorithms.Epoch(
-                epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=lr_factor,
+                epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=schedule,
                 step=state["step"], stragglers=stragglers, device=device, progress=bar.update))
         else:
             loss_sum = resume["loss_sum"] if skip else torch.zeros((), dtype=torch.float64, device=device)
@@ -321,6 +307,9 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         state["samples"] += int(sums[1].item()) * h["batch_size"]
         state["epoch"] = epoch + 1
         algo.end_epoch(train_loss)
+        if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
+            for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+                group["lr"] = base * schedule(scheduler.last_epoch)
         if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
             spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
             val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)

@@ -38,6 +38,7 @@ from algorithms import async_rules
 from algorithms.parameter_server import gradient_at
 from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
+from benchmarks.schedule import LRSchedule
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 
 logger = logging.getLogger("benchmarks.run")
@@ -89,7 +90,7 @@ def simulate(cfg: RunConfig) -> int:
     if updates_per_epoch == 0:
         print(f"error: batch_size {batch} exceeds the training set", file=sys.stderr)
         return 2
-    lr_factor = runner.lr_lambda(h, updates_per_epoch, workers)
+    lr_factor = LRSchedule(h, updates_per_epoch, workers)
     if synchronous:  # the reference: one Nesterov/heavy-ball step on the mean of P gradients
         master = async_rules.NagAsgd(theta, 1, h["momentum"], "nesterov" if h["nesterov"] else "heavy_ball")
     else:
@@ -153,6 +154,7 @@ def simulate(cfg: RunConfig) -> int:
                 break
         master.end_epoch()
         train_loss = loss_sum / updates_per_epoch
+        lr_factor.end_epoch(epoch, train_loss)
         if math.isfinite(train_loss) and (epoch + 1) % h["eval_every"] and epoch + 1 != h["epochs"]:
             continue
         with torch.no_grad():

@@ -10,7 +10,7 @@ import pytest
 
 from algorithms.topology import Topology
 from benchmarks import config, rundir
-from benchmarks.run import lr_lambda
+from benchmarks.schedule import LRSchedule
 
 
 def test_set_reaches_task_algorithm_and_run_settings_with_types():
@@ -29,7 +29,7 @@ def test_set_reaches_task_algorithm_and_run_settings_with_types():
     ("epochs=1.5", "``epochs`` must be int"),
     ("nesterov=1", "``nesterov`` must be bool"),
     ("milestones=[a]", "``milestones`` must be list[int]"),
-    ("schedule=linear", "must be constant, cosine or step"),
+    ("schedule=linear", "must be one of constant, cosine, step, plateau"),
     ("lr", "expected key=value"),
     ("epoch=3", "did you mean 'epochs'?"),
 ])
@@ -53,15 +53,47 @@ def test_check_matrix_rejects_a_key_no_run_knows():
 
 def test_lr_schedule_warmup_cosine_and_step():
     h = dict(epochs=4, warmup_epochs=1, schedule="cosine", milestones=[], gamma=0.1)
-    f = lr_lambda(h, steps_per_epoch=10, world_size=4)
+    f = LRSchedule(h, steps_per_epoch=10, world_size=4)
     assert f(0) == pytest.approx(0.25)  # warm-up starts at lr / world_size
     assert f(5) == pytest.approx(0.25 + 0.75 * 0.5)
     assert f(10) == pytest.approx(1.0)  # end of warm-up: the peak
     assert f(25) == pytest.approx(0.5)  # half-way through the cosine
     assert f(40) == pytest.approx(0.0, abs=1e-12)
-    step = lr_lambda(dict(h, schedule="step", warmup_epochs=0, milestones=[2, 3]), 10, 4)
+    step = LRSchedule(dict(h, schedule="step", warmup_epochs=0, milestones=[2, 3]), 10, 4)
     assert [step(s) for s in (0, 19, 20, 29, 30)] == pytest.approx([1, 1, 0.1, 0.1, 0.01])
-    assert lr_lambda(dict(h, schedule="constant", warmup_epochs=0), 10, 4)(33) == 1.0
+    assert LRSchedule(dict(h, schedule="constant", warmup_epochs=0), 10, 4)(33) == 1.0
+
+
+def test_plateau_schedule_drops_on_the_epoch_after_patience_runs_out():
+    """PyTorch's rule, checked by hand: an epoch is good when its loss is below best x (1 - 0.1);
+    with patience 1 the second bad epoch in a row multiplies the factor by 0.5, never below
+    min_lr / lr = 0.2; warm-up epochs are not fed."""
+    h = dict(epochs=20, warmup_epochs=1, schedule="plateau", milestones=[], gamma=0.5, plateau_patience=1,
+             plateau_threshold=0.1, min_lr=0.02, lr=0.1)
+    schedule = LRSchedule(h, steps_per_epoch=10, world_size=2)
+    assert schedule(0) == pytest.approx(0.5) and schedule(10) == 1.0
+    losses = [9.0,  # warm-up: ignored
+              1.0,  # best 1.0
+              0.95,  # not below 0.9: bad 1
+              0.92,  # bad 2 > patience: x0.5, bad back to 0
+              0.85,  # below 0.9: best 0.85
+              0.8, 0.8,  # not below 0.765: bad 1, bad 2: x0.5 -> 0.25
+              0.8, 0.8,  # x0.5 -> 0.125, clamped to min 0.2
+              0.8, 0.8]  # at the minimum: no change
+    factors, changed = [], []
+    for epoch, loss in enumerate(losses):
+        changed.append(schedule.end_epoch(epoch, loss))
+        factors.append(schedule(10 * (epoch + 1)))
+    assert factors == pytest.approx([1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.2, 0.2, 0.2])
+    assert changed == [False, False, False, True, False, False, True, False, True, False, False]
+
+    partial = LRSchedule(h, steps_per_epoch=10, world_size=2)
+    for epoch, loss in enumerate(losses[:6]):  # ends with best 0.85 and one bad epoch
+        partial.end_epoch(epoch, loss)
+    resumed = LRSchedule(h, steps_per_epoch=10, world_size=2)  # what a checkpoint restores
+    resumed.load_state_dict(partial.state_dict())
+    assert resumed(60) == pytest.approx(0.5)
+    assert resumed.end_epoch(6, 0.8) and resumed(70) == pytest.approx(0.25), "best and the bad count survive"
 
 
 def test_topology_blocks_of_consecutive_ranks_are_nodes():

@@ -34,6 +34,11 @@ COMMON = ["--task", "digits", "--seed", "3", "--set", "wandb=false", "--set", "t
 CASES = {
     # the plain path: identical models, optimizer momentum, lr schedule, data order
     "ddp": ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2"],
+    # the reduce-on-plateau state: with patience 0 and a 90 % threshold the lr halves after every
+    # epoch that does not cut the loss tenfold, so a resume that forgot the best loss would log another lr
+    "plateau": ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2", "--set", "schedule=plateau",
+                "--set", "warmup_epochs=0", "--set", "plateau_patience=0", "--set", "plateau_threshold=0.9",
+                "--set", "gamma=0.5", "--set", "min_lr=0"],
     # algorithm state: B/S and phase, the plateau detector, a global send in flight mid-epoch
     "daso": ["--algorithm", "daso", "--nodes", "2", "--procs-per-node", "1", "--set", "sync_warmup_epochs=1",
              "--set", "sync_cooldown_epochs=1"],

@@ -43,12 +43,18 @@ HPARAM_KEYS = (
     "nesterov",
     "weight_decay",
     "epochs",
-    "schedule",  # "constant" | "cosine" | "step"
+    "schedule",  # "constant" | "cosine" | "step" | "plateau" (benchmarks/schedule.py)
     "warmup_epochs",  # linear warm-up from lr / world_size
     "milestones",  # epochs at which "step" multiplies the lr by ``gamma``
-    "gamma",
+    "gamma",  # the factor of "step" and "plateau"
+    "plateau_patience",  # "plateau": bad epochs tolerated; the lr drops on the next one
+    "plateau_threshold",  # "plateau": relative improvement of the best loss that counts
+    "min_lr",  # "plateau": the lr never drops below it
     "eval_every",  # epochs between evaluations
 )
+# Keys a task need not give, with the value it gets: the plateau schedule's, as the DASO papers'
+# ImageNet runs (spec daso.md, Section 6.3), used only by tasks whose schedule is "plateau".
+HPARAM_DEFAULTS = {"plateau_patience": 5, "plateau_threshold": 0.05, "min_lr": 1e-4}
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class Task:
             built identically on every rank; the runner shards the training set.
         make_model: builds the model (the runner seeds torch first, so every rank builds the same).
         target: validation metric that counts as reaching the target (time to target stops there).
-        hparams: defaults for every key of ``HPARAM_KEYS``.
+        hparams: defaults for every key of ``HPARAM_KEYS`` (those of ``HPARAM_DEFAULTS`` may be left out).
         metric: name of the validation metric (top-1 accuracy for classification).
         data_hint: for tasks that read a data root, what the root must hold; empty for embedded tasks.
         check_data: ``(data_root) -> None``, raises ``DataRootError`` naming the fix when the data is
@@ -92,6 +98,7 @@ class Task:
     make_loader: Callable[..., Iterable] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "hparams", {**HPARAM_DEFAULTS, **self.hparams})
         missing = set(HPARAM_KEYS) - set(self.hparams)
         extra = set(self.hparams) - set(HPARAM_KEYS)
         if missing or extra:
