@@ -97,6 +97,7 @@ class Algorithm(abc.ABC):
     broadcast_start = True  # start from rank 0's parameters (False where the wrapper does it: DDP, Horovod)
     owns_loop = False  # True: the runner calls ``train_epoch`` instead of stepping each batch
     tracks_spread = False  # True: workers' models differ between syncs; the runner logs ``model_spread()``
+    sgd_only = False  # True where the algorithm applies its own SGD-momentum rule, not the run's optimizer
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology

@@ -72,6 +72,7 @@ class LAPSGD(Algorithm):
         official code, which tests while they run.
     """
 
+    sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
     owns_loop = True
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)

@@ -48,6 +48,9 @@ def gradient_at(model: nn.Module, point: Tensor, task, x: Tensor, y: Tensor, wei
 class ParameterServer(Algorithm):
     """The parameter-server runner shared by the asynchronous family; subclasses fix ``RULE``.
 
+    The master's rules are momentum SGD by construction (DANA's look-ahead is Nesterov's), so the
+    family takes lr, momentum and weight decay from the run but no other optimizer (``sgd_only``).
+
     Args:
         nag_form: NAG-ASGD's master step, ``nesterov`` (default) or ``heavy_ball`` (Alg. 8 as printed).
         dc_lambda: lambda_0 of the delay compensation (2, as the paper).
@@ -67,6 +70,7 @@ class ParameterServer(Algorithm):
     """
 
     RULE = "asgd"
+    sgd_only = True
     owns_loop = True
 
     def __init__(self, topology: Topology, *, nag_form: str = "nesterov", dc_lambda: float = 2.0,

@@ -219,6 +219,18 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set lr: must be positive, got {h['lr']}")
     if h["schedule"] not in SCHEDULES:
         raise ConfigError(f"--set schedule: must be one of {', '.join(SCHEDULES)}, got {h['schedule']!r}")
+    if h["optimizer"] not in ("sgd", "adam"):
+        raise ConfigError(f"--set optimizer: must be sgd or adam, got {h['optimizer']!r}")
+    if h["optimizer"] == "adam":
+        if len(h["betas"]) != 2 or not all(0 <= b < 1 for b in h["betas"]):
+            raise ConfigError(f"--set betas: must be two numbers in [0, 1), got {h['betas']}")
+        if algorithms.get(config.algorithm).sgd_only or s["clock"] == "simulated":
+            raise ConfigError(f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule"
+                              f"{' in the simulator' if s['clock'] == 'simulated' else ''}; "
+                              f"use optimizer=sgd or another algorithm")
+        if config.algorithm_params.get("momentum_mode", "local") != "local":
+            raise ConfigError("--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
+                              "with adam keep momentum_mode=local")
     if h["schedule"] == "plateau":
         if not 0 < h["gamma"] < 1:
             raise ConfigError(f"--set gamma: the plateau schedule's factor must be in (0, 1), got {h['gamma']}")

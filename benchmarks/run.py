@@ -132,6 +132,16 @@ def _summary(cfg: RunConfig, status: str, error: str | None = None, **fields: ob
             "clock": "wall", "error": error}
 
 
+def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
+    """The run's optimizer: SGD with momentum (the papers' image tasks) or Adam (the Transformer's and
+    DD-PPO's); algorithms that average models or gradients apply it after their communication."""
+    if h["optimizer"] == "adam":
+        return torch.optim.Adam(params, lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"],
+                                weight_decay=h["weight_decay"])
+    return torch.optim.SGD(params, lr=h["lr"], momentum=h["momentum"], nesterov=h["nesterov"],
+                           weight_decay=h["weight_decay"])
+
+
 def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
     when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
@@ -202,8 +212,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if steps_per_epoch == 0:
         raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=h["lr"], momentum=h["momentum"],
-                                nesterov=h["nesterov"], weight_decay=h["weight_decay"])
+    optimizer = make_optimizer(model.parameters(), h)
     schedule = LRSchedule(h, steps_per_epoch, replicas)
     # A plain function, which LambdaLR leaves out of its state: the checkpoint saves the schedule itself.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))

@@ -7,6 +7,8 @@ same schedule. It starts with a linear warm-up from the single-worker lr (Goyal 
 - ``constant``: 1;
 - ``cosine``: half a cosine from 1 to 0 over the remaining steps;
 - ``step``: ``gamma`` to the power of the ``milestones`` (epochs) passed;
+- ``inverse_sqrt``: ``sqrt(W / t)`` after a warm-up of W steps, the Transformer's (Vaswani et al.
+  2017; fairseq's ``inverse_sqrt``), so that the peak is reached at the end of the warm-up;
 - ``plateau``: reduce-on-plateau, the DASO papers' schedule ("when the training loss plateaus ...
   the scheduler decreases the learning rate by a set factor"): after the warm-up, at the end of each
   epoch, PyTorch's ``ReduceLROnPlateau(mode="min", factor=gamma, patience=plateau_patience,
@@ -24,7 +26,7 @@ import math
 
 import torch
 
-SCHEDULES = ("constant", "cosine", "step", "plateau")
+SCHEDULES = ("constant", "cosine", "step", "plateau", "inverse_sqrt")
 
 
 class LRSchedule:
@@ -71,6 +73,8 @@ class LRSchedule:
             return self.gamma ** sum(step >= m * self.steps_per_epoch for m in self.milestones)
         if self.kind == "plateau":
             return self._proxy.param_groups[0]["lr"]
+        if self.kind == "inverse_sqrt":
+            return math.sqrt(max(1, self.warmup) / max(1, step))
         return 1.0
 
     def end_epoch(self, epoch: int, train_loss: float) -> bool:

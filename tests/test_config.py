@@ -7,9 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from algorithms.topology import Topology
 from benchmarks import config, rundir
+from benchmarks.run import make_optimizer
 from benchmarks.schedule import LRSchedule
 
 
@@ -94,6 +96,30 @@ def test_plateau_schedule_drops_on_the_epoch_after_patience_runs_out():
     resumed.load_state_dict(partial.state_dict())
     assert resumed(60) == pytest.approx(0.5)
     assert resumed.end_epoch(6, 0.8) and resumed(70) == pytest.approx(0.25), "best and the bad count survive"
+
+
+def test_inverse_sqrt_schedule_peaks_at_the_end_of_the_warm_up():
+    h = dict(epochs=10, warmup_epochs=1, schedule="inverse_sqrt", milestones=[], gamma=0.1)
+    f = LRSchedule(h, steps_per_epoch=100, world_size=4)
+    assert [f(0), f(50), f(100), f(400), f(900)] == pytest.approx([0.25, 0.625, 1.0, 0.5, 1 / 3])
+
+
+def test_the_optimizer_is_the_tasks_and_adam_is_refused_where_a_rule_is_sgd():
+    wmt = config.resolve("wagma", "wmt17_transformer", 1, 2, 0, Path("x"), [], check_data=False)
+    adam = make_optimizer([torch.zeros(2, requires_grad=True)], wmt.hparams)
+    assert isinstance(adam, torch.optim.Adam)
+    assert adam.defaults["betas"] == (0.9, 0.98) and adam.defaults["eps"] == 1e-9 and adam.defaults["lr"] == 5e-4
+    sgd = make_optimizer([torch.zeros(2, requires_grad=True)], config.resolve("ddp", "digits", 1, 2, 0, Path("x"), []).hparams)
+    assert isinstance(sgd, torch.optim.SGD)
+    for algorithm in ("dana_zero", "lap_sgd"):
+        with pytest.raises(config.ConfigError, match="own momentum-SGD rule; use optimizer=sgd"):
+            config.resolve(algorithm, "navigation_ddppo", 1, 2, 0, Path("x"), [])
+    with pytest.raises(config.ConfigError, match="in the simulator"):
+        config.resolve("ddp", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "clock=simulated"])
+    with pytest.raises(config.ConfigError, match="momentum_mode=local"):
+        config.resolve("local_sgd", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "momentum_mode=average"])
+    with pytest.raises(config.ConfigError, match="betas"):
+        config.resolve("ddp", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "betas=[0.9, 1.5]"])
 
 
 def test_topology_blocks_of_consecutive_ranks_are_nodes():

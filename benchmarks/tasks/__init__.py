@@ -37,13 +37,16 @@ REGISTRY: dict[str, str] = {
 
 # Hyper-parameters every task defines; ``--set`` reaches each of them, type-checked against these.
 HPARAM_KEYS = (
+    "optimizer",  # "sgd" (momentum, nesterov, weight_decay) | "adam" (betas, eps, weight_decay)
     "batch_size",  # per worker
     "lr",  # peak learning rate for the whole job (already scaled to the global batch)
     "momentum",
     "nesterov",
     "weight_decay",
+    "betas",  # Adam's (beta1, beta2)
+    "eps",  # Adam's epsilon
     "epochs",
-    "schedule",  # "constant" | "cosine" | "step" | "plateau" (benchmarks/schedule.py)
+    "schedule",  # "constant" | "cosine" | "step" | "plateau" | "inverse_sqrt" (benchmarks/schedule.py)
     "warmup_epochs",  # linear warm-up from lr / world_size
     "milestones",  # epochs at which "step" multiplies the lr by ``gamma``
     "gamma",  # the factor of "step" and "plateau"
@@ -52,9 +55,10 @@ HPARAM_KEYS = (
     "min_lr",  # "plateau": the lr never drops below it
     "eval_every",  # epochs between evaluations
 )
-# Keys a task need not give, with the value it gets: the plateau schedule's, as the DASO papers'
-# ImageNet runs (spec daso.md, Section 6.3), used only by tasks whose schedule is "plateau".
-HPARAM_DEFAULTS = {"plateau_patience": 5, "plateau_threshold": 0.05, "min_lr": 1e-4}
+# Keys a task need not give, with the value it gets: SGD (Adam's keys keep PyTorch's defaults), and
+# the plateau schedule's settings of the DASO papers' ImageNet runs (spec daso.md, Section 6.3).
+HPARAM_DEFAULTS = {"optimizer": "sgd", "betas": [0.9, 0.999], "eps": 1e-8,
+                   "plateau_patience": 5, "plateau_threshold": 0.05, "min_lr": 1e-4}
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ split by a wall with one gap, did not pass SPL 0.4 in 60k experience steps: too 
 bearing in the agent's frame, Habitat's "GPS+compass"), the actions forward/left/right, the reward
 ``-(change in geodesic distance) + 2.5 on success - 0.01 per step``, two environments per worker,
 PPO with clip 0.2, 2 PPO epochs of 2 mini-batches per rollout, value coefficient 0.5, entropy 0.01,
-GAE with gamma 0.99 and lambda 0.95 (habitat-lab ``ddppo_pointnav.yaml``), rollouts collected by
+GAE with gamma 0.99 and lambda 0.95, Adam with lr 2.5e-4 and eps 1e-5 (habitat-lab ``ddppo_pointnav.yaml``), rollouts collected by
 every worker with its own model and one synchronisation per mini-batch step, and SPL (Anderson et
 al. 2018) as the metric. What differs: an egocentric 7x7 grid view instead of RGB-D, a small CNN
 instead of ResNet-18 + 2-layer LSTM (the view plus the goal sensor make the task Markov), success
 when the agent steps onto the goal (MiniGrid ends the episode there; Habitat needs a STOP action),
-the runner's SGD instead of Adam, and no gradient clipping.
+and no gradient clipping (DD-PPO clips the gradient norm at 0.2).
 
 How it fits the runner: the training set is a pool of episode seeds that the sampler shards over
 workers; ``make_loader`` returns a ``RolloutLoader`` that, each epoch, collects ``ROLLOUTS_PER_EPOCH``
@@ -304,14 +304,16 @@ TASK = Task(
     ),
     make_datasets=make_datasets,
     make_model=make_model,
-    target=0.9,  # one process passes it after about 6 epochs (12k experience steps)
+    target=0.9,  # one process reached SPL 0.89 by epoch 19 (39k experience steps)
     hparams={
         "batch_size": 128,  # experience steps per PPO mini-batch; a rollout is 2 envs x 128 steps
-        "lr": 0.02,
-        "momentum": 0.9,
+        "optimizer": "adam",
+        "eps": 1e-5,
+        "lr": 2.5e-4,
+        "momentum": 0.0,  # SGD's; Adam's first moment is betas[0]
         "nesterov": False,
         "weight_decay": 0.0,
-        "epochs": 20,
+        "epochs": 40,
         "schedule": "constant",
         "warmup_epochs": 0,
         "milestones": [],
