@@ -99,7 +99,7 @@ class PostLocalSGD(LocalSGD):
             LPP-SGD on CIFAR; LPP-SGD's ResNet-20 script uses 8).
         switch_epoch: epoch at which local SGD starts. -1 (default) switches at the first
             learning-rate decay (Lin et al.), or at half the epochs for schedules without decay
-            (LPP-SGD's ``pre_post_epochs``, e.g. 150 of 300).
+            milestones, reduce-on-plateau included (LPP-SGD's ``pre_post_epochs``, e.g. 150 of 300).
         momentum_mode: as for ``local_sgd`` (default ``local``).
 
     Example::

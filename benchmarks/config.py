@@ -231,11 +231,22 @@ def _check_values(config: RunConfig) -> None:
         if config.algorithm_params.get("momentum_mode", "local") != "local":
             raise ConfigError("--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
                               "with adam keep momentum_mode=local")
+    if h["optimizer"] == "adam" and h["eps"] < 0:
+        raise ConfigError(f"--set eps: must not be negative, got {h['eps']}")
     if h["schedule"] == "plateau":
         if not 0 < h["gamma"] < 1:
             raise ConfigError(f"--set gamma: the plateau schedule's factor must be in (0, 1), got {h['gamma']}")
         if h["plateau_patience"] < 0 or h["min_lr"] < 0:
             raise ConfigError("--set plateau_patience and min_lr: must not be negative")
+        if h["min_lr"] >= h["lr"]:
+            raise ConfigError(f"--set min_lr: must be below the lr ({h['lr']:g}), or the plateau schedule "
+                              f"never lowers it; got {h['min_lr']:g}")
+        if h["plateau_threshold"] >= 1:
+            raise ConfigError(f"--set plateau_threshold: a relative improvement, must be below 1, "
+                              f"got {h['plateau_threshold']}")
+    if h["schedule"] == "inverse_sqrt" and h["warmup_epochs"] < 1:
+        raise ConfigError("--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; "
+                          "give it at least 1 epoch")
     if s["device"] not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):

@@ -228,7 +228,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
-        schedule.load_state_dict(resume["schedule"])
+        schedule.load_state_dict(resume.get("schedule", {}))
         algo.load_state_dict(resume["algorithm"])
         state.update(resume["runner"])
     if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
@@ -318,7 +318,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         algo.end_epoch(train_loss)
         if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
             for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
-                group["lr"] = base * schedule(scheduler.last_epoch)
+                group["lr"] = base * schedule(state["step"])
         if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
             spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
             val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)

@@ -1,8 +1,9 @@
 """The learning-rate schedule every algorithm of a run shares: a multiplier of the peak lr.
 
 One object answers "what is the lr factor at global step t" for the runner's ``LambdaLR``, for the
-loop-owning algorithms (``Epoch.lr_factor``) and for the simulator, so that all of them follow the
-same schedule. It starts with a linear warm-up from the single-worker lr (Goyal et al. 2017), then:
+parameter-server family (``Epoch.lr_factor``) and for the simulator, so that all of them follow the
+same schedule. LAP-SGD and LPP-SGD are the exception: they apply their paper's own rule (warm-up,
+then cosine; ``algorithms/hogwild.py:lr_at``) whatever the task's schedule. It starts with a linear warm-up from the single-worker lr (Goyal et al. 2017), then:
 
 - ``constant``: 1;
 - ``cosine``: half a cosine from 1 to 0 over the remaining steps;
@@ -96,6 +97,6 @@ class LRSchedule:
         return {"plateau": self._plateau.state_dict(), "factor": self._proxy.param_groups[0]["lr"]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        if self._plateau is not None:
+        if self._plateau is not None and state:  # empty: a checkpoint of a schedule without state
             self._plateau.load_state_dict(state["plateau"])
             self._proxy.param_groups[0]["lr"] = state["factor"]

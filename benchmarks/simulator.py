@@ -161,7 +161,8 @@ def simulate(cfg: RunConfig) -> int:
             vector_to_parameters(master.params, model.parameters())
         val_loss, val_metric = task.validate(model, val_loader, torch.device("cpu"))
         row = {"epoch": epoch + 1, "step": updates, "samples": updates * batch * (workers if synchronous else 1),
-               "wall_s": now, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric, "lr": lr,
+               "wall_s": now, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
+               "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
                "comm_s": None, "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
                "lag": 0.0 if synchronous else lag_sum / updates_per_epoch, "sim_compute_s": compute_s}
         csv.write(row)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,18 @@ def test_the_optimizer_is_the_tasks_and_adam_is_refused_where_a_rule_is_sgd():
         config.resolve("local_sgd", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "momentum_mode=average"])
     with pytest.raises(config.ConfigError, match="betas"):
         config.resolve("ddp", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "betas=[0.9, 1.5]"])
+
+
+@pytest.mark.parametrize("items, message", [
+    (["schedule=plateau", "gamma=2"], "factor must be in (0, 1)"),
+    (["schedule=plateau", "min_lr=1"], "never lowers it"),
+    (["schedule=plateau", "plateau_threshold=1.5"], "must be below 1"),
+    (["schedule=inverse_sqrt", "warmup_epochs=0"], "at least 1 epoch"),
+    (["optimizer=adam", "eps=-1"], "--set eps: must not be negative"),
+])
+def test_schedule_and_optimizer_settings_that_cannot_work_name_the_fix(items, message):
+    with pytest.raises(config.ConfigError, match=re.escape(message)):
+        config.resolve("ddp", "digits", 1, 2, 0, Path("x"), items)
 
 
 def test_topology_blocks_of_consecutive_ranks_are_nodes():
