@@ -65,7 +65,9 @@ class Epoch:
 
     Args:
         epoch: index of the epoch (0-based).
-        batches: this rank's ``(x, y)`` batches for the epoch (already sharded by ``data_shard()``).
+        batches: this rank's ``(x, y)`` batches for the epoch (already sharded by ``data_shard()``): a
+            ``DataLoader`` in a run, whose dataset, sampler seed and batch size a parameter server
+            reads to deal out its one stream.
         task: the workload (``task.loss(model(x), y)`` is the training loss).
         optimizer: the run's optimizer; its ``defaults`` hold lr, momentum and weight decay.
         lr_factor: multiplier of the peak lr at a global step (warm-up and schedule).
@@ -127,9 +129,16 @@ class Algorithm(abc.ABC):
     def data_shard(self) -> tuple[int, int]:
         """``(replicas, index)``: how the training set is split and which part this rank reads.
 
-        Every rank is a data-parallel worker by default; a parameter server's master reads none.
+        Every rank is a data-parallel worker with a shard of its own by default; a parameter server
+        deals one stream out to its workers, batch by batch, and takes ``(1, 0)``.
         """
         return self.topology.world_size, self.topology.rank
+
+    def worker_ranks(self) -> range:
+        """The ranks that compute gradients: every rank by default, all but a parameter server's
+        master. Stragglers are drawn among them, the lr warm-up starts at 1 / their number, and
+        throughput counts them."""
+        return range(self.topology.world_size)
 
     def step(self) -> None:
         """Communicate and update the parameters; called once after each ``loss.backward()``."""

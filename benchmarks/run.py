@@ -213,7 +213,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
 
     optimizer = make_optimizer(model.parameters(), h)
-    schedule = LRSchedule(h, steps_per_epoch, replicas)
+    workers = algo.worker_ranks()
+    schedule = LRSchedule(h, steps_per_epoch, len(workers))
     # A plain function, which LambdaLR leaves out of its state: the checkpoint saves the schedule itself.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))
     plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else (),
@@ -234,7 +235,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
         (cfg.out / "summary.json").unlink()
 
-    stragglers = Stragglers(s["straggler"], topo.rank, world, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed)
+    stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     run = _Recorder(cfg, algo, resume["record"] if resume else None) if master else None

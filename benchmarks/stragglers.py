@@ -4,7 +4,7 @@ Kinds (the ``straggler`` setting):
 
 - ``none``: nothing is injected.
 - ``fixed``: WAGMA-SGD's imbalance (spec wagma.md, 4.3). At every step exactly ``ranks`` distinct
-  ranks sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every rank
+  workers sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every rank
   knows the same set without communicating. The paper delays 2 of 64 ranks by 320 ms.
 - ``gamma`` and ``gamma_het``: DANA's execution-time model (spec dana.md, 7.1, the CVB method of
   Ali et al. 2000). Every rank sleeps a gamma-distributed time of mean ``delay_ms`` before each step.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,40 +66,48 @@ class GammaTimes:
 class Stragglers:
     """Decides, per step, whether this rank is delayed, and sleeps if so.
 
+    Only workers are delayed: a parameter server's master computes no gradient, so it is neither
+    drawn nor slowed, and ``fixed`` delays exactly ``ranks`` workers at every step index (a worker's
+    own step count where workers run at their own pace).
+
     Args:
         kind: one of ``KINDS``.
-        rank: this rank; world_size: the number of ranks.
-        ranks: delayed ranks per step (``fixed``).
-        delay_ms: the delay of each delayed rank (``fixed``) or the mean delay (``gamma*``), in ms.
+        rank: this rank.
+        workers: the ranks that compute gradients (``Algorithm.worker_ranks()``).
+        ranks: delayed workers per step (``fixed``).
+        delay_ms: the delay of each delayed worker (``fixed``) or the mean delay (``gamma*``), in ms.
         seed: the run's seed.
     """
 
-    def __init__(self, kind: str, rank: int, world_size: int, ranks: int = 1, delay_ms: float = 0.0,
+    def __init__(self, kind: str, rank: int, workers: Sequence[int], ranks: int = 1, delay_ms: float = 0.0,
                  seed: int = 0) -> None:
+        workers = list(workers)
         if kind not in KINDS:
             raise ValueError(f"Arg ``straggler`` must be one of {KINDS}, got {kind!r}.")
-        if kind == "fixed" and not 0 < ranks <= world_size:
-            raise ValueError(f"Arg ``straggler_ranks`` must be in 1..{world_size}, got {ranks}.")
+        if kind == "fixed" and not 0 < ranks <= len(workers):
+            raise ValueError(f"Arg ``straggler_ranks`` must be in 1..{len(workers)} (the workers), got {ranks}.")
         if delay_ms < 0:
             raise ValueError(f"Arg ``straggler_delay_ms`` must be >= 0, got {delay_ms}.")
-        self.kind, self.rank, self.world_size = kind, rank, world_size
+        self.kind, self.rank, self.workers = kind, rank, workers
         self.ranks, self.delay_s, self.seed = ranks, delay_ms / 1000.0, seed
         self.delayed_steps = 0
         # gamma: one generator for the whole job (so the heterogeneous means are drawn once, alike on
-        # every rank); each rank advances it identically and reads its own column.
-        self.times = GammaTimes(kind, world_size, self.delay_s, seed) if kind in MACHINE_CV else None
+        # every rank); each worker advances it identically and reads its own column.
+        self.times = GammaTimes(kind, len(workers), self.delay_s, seed) if kind in MACHINE_CV else None
 
     def delayed(self, step: int) -> list[int]:
-        """The ranks delayed at ``step`` by ``fixed`` (identical on every rank)."""
+        """The workers delayed at ``step`` by ``fixed`` (identical on every rank)."""
         if self.kind != "fixed":
             return []
-        return random.Random(self.seed * 1_000_003 + step).sample(range(self.world_size), self.ranks)
+        return random.Random(self.seed * 1_000_003 + step).sample(self.workers, self.ranks)
 
     def before_step(self, step: int) -> None:
+        if self.rank not in self.workers:
+            return
         if self.times is not None:
-            delays = [self.times.draw(r) for r in range(self.world_size)]
+            delays = [self.times.draw(w) for w in range(len(self.workers))]
             self.delayed_steps += 1
-            time.sleep(delays[self.rank])
+            time.sleep(delays[self.workers.index(self.rank)])
         elif self.kind == "fixed" and self.rank in self.delayed(step):
             self.delayed_steps += 1
             time.sleep(self.delay_s)

@@ -8,7 +8,8 @@ processes) and times ``--steps`` training steps after ``--warmup`` untimed ones,
 (``optimizer.step()`` only, "none") and for each algorithm, in one process group so they share the
 conditions; an algorithm that owns its loop (LAP/LPP-SGD) gets the warm-up and the timed steps as
 two epochs of batches. It prints samples per second over all workers, the ratio to "none", and the implied
-share of a step spent communicating (1 - ratio). Repeat ``--repeats`` times and compare ratios
+share of a step spent communicating (1 - ratio). Samples count the workers only: a parameter
+server's master computes no gradient, and its rate is the gradients it applied per second. Repeat ``--repeats`` times and compare ratios
 within one invocation: on a shared 2-core machine absolute numbers move by ±20 %. The timed steps
 form one epoch, so schedule-driven algorithms are measured in their steady state: post-local SGD
 after its switch, and DASO in its cycling phase (the default ``--set`` turns its blocking warm-up
@@ -26,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, TensorDataset
 
 import algorithms
 from algorithms.topology import Topology
@@ -35,8 +37,9 @@ from benchmarks.stragglers import Stragglers
 
 
 def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, steps: int, warmup: int,
-                knobs: dict[str, object], stragglers: Stragglers) -> float:
-    """Seconds for ``steps`` steps of ``name`` ("none" = no communication), the slowest rank's."""
+                knobs: dict[str, object], straggle: tuple[int, float, int]) -> tuple[float, int]:
+    """``(seconds, samples)`` of ``steps`` steps per worker of ``name`` ("none" = no communication):
+    the slowest rank's time and the samples all workers computed gradients on in it."""
     task = tasks.get(task_name)
     train_set, _ = task.make_datasets(None)
     batch = task.hparams["batch_size"]
@@ -44,25 +47,37 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
     model = task.make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if name == "none":
-        train_model, step = model, optimizer.step
+        train_model, step, workers = model, optimizer.step, range(world)
     else:
         algo = algorithms.build(name, Topology(rank, nodes=nodes, procs_per_node=world // nodes), **knobs)
         plan = algorithms.Plan(steps_per_epoch=warmup + steps, epochs=1)
-        train_model, step = algo.prepare(model, optimizer, plan), algo.step
+        train_model, step, workers = algo.prepare(model, optimizer, plan), algo.step, algo.worker_ranks()
+    kind, delay_ms, seed = straggle
+    stragglers = Stragglers("fixed" if kind else "none", rank, workers, kind, delay_ms, seed=seed)
     x_all, y_all = train_set[:][0], train_set[:][1]
     g = torch.Generator().manual_seed(rank)
+    samples = steps * batch * len(workers)
     if name != "none" and algo.owns_loop:  # asynchronous family: it runs the batches itself, one epoch each
-        def epoch(index: int, n: int, first: int) -> None:
-            picks = [torch.randint(0, len(y_all), (batch,), generator=g) for _ in range(n)]
-            algo.train_epoch(algorithms.Epoch(
-                epoch=index, batches=[(x_all[idx], y_all[idx]) for idx in picks], task=task, optimizer=optimizer,
-                lr_factor=lambda s: 1.0, step=first, stragglers=stragglers, device=torch.device("cpu"),
-                progress=lambda n: None))
+        def epoch(index: int, n: int, first: int) -> int:
+            if len(workers) < world:  # a parameter server deals one stream: n batches per worker
+                picks = torch.randint(0, len(y_all), (n * len(workers) * batch,), generator=torch.Generator())
+                batches = DataLoader(TensorDataset(x_all[picks], y_all[picks]), batch_size=batch)
+            else:  # Hogwild updaters: n batches on every rank
+                picks = [torch.randint(0, len(y_all), (batch,), generator=g) for _ in range(n)]
+                batches = [(x_all[idx], y_all[idx]) for idx in picks]
+            _, done = algo.train_epoch(algorithms.Epoch(
+                epoch=index, batches=batches, task=task, optimizer=optimizer, lr_factor=lambda s: 1.0,
+                step=first, stragglers=stragglers, device=torch.device("cpu"), progress=lambda n: None))
+            return done
 
         epoch(0, warmup, 0)
         dist.barrier()
         start = time.perf_counter()
-        epoch(1, steps, warmup)
+        done = epoch(1, steps, warmup)
+        if len(workers) < world:  # the master's count of the updates (gradients) it applied
+            total = torch.tensor([float(done)])
+            dist.all_reduce(total)
+            samples = int(total.item()) * batch
     for i in range(warmup + steps) if name == "none" or not algo.owns_loop else ():
         if i == warmup:
             dist.barrier()
@@ -76,7 +91,7 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
     if name != "none":
         algo.close()
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return elapsed.item()
+    return elapsed.item(), samples
 
 
 def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results) -> None:
@@ -85,12 +100,10 @@ def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results
     for repeat in range(args.repeats):
         for name in ["none", *args.algorithms]:
             nodes = args.nodes if world % args.nodes == 0 else 1
-            stragglers = Stragglers("fixed" if args.stragglers else "none", rank, world, args.stragglers,
-                                    args.delay_ms, seed=repeat)
-            seconds = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup,
-                                  args.knobs.get(name, {}), stragglers)
+            seconds, samples = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup,
+                                           args.knobs.get(name, {}), (args.stragglers, args.delay_ms, repeat))
             if rank == 0:
-                results.append((repeat, name, seconds))
+                results.append((repeat, name, seconds, samples / seconds))
     dist.destroy_process_group()
 
 
@@ -123,13 +136,13 @@ def main(argv: list[str] | None = None) -> None:
             results = manager.list()
             mp.spawn(_worker, args=(world, os.path.join(tmp, "store"), args, results), nprocs=world)
             rows = list(results)
-        median = {n: statistics.median(s for _, m, s in rows if m == n) for n in ["none", *args.algorithms]}
-        ratios = {n: statistics.median(b / s for (r, m, s) in rows if m == n
-                                       for (r2, m2, b) in rows if m2 == "none" and r2 == r)
-                  for n in median}
-        for name, seconds in median.items():
-            rate = args.steps * batch * world / seconds
-            print(f"{world:>5} {name:<15} {rate:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
+        names = ["none", *args.algorithms]
+        rate = {n: statistics.median(x for _, m, _, x in rows if m == n) for n in names}
+        ratios = {n: statistics.median(x / b for (r, m, _, x) in rows if m == n
+                                       for (r2, m2, _, b) in rows if m2 == "none" and r2 == r)
+                  for n in names}
+        for name in names:
+            print(f"{world:>5} {name:<15} {rate[name]:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
 
 
 if __name__ == "__main__":
