@@ -59,6 +59,7 @@ class ADPSGD(Algorithm):
     """
 
     overlaps_comm = True  # the exchanges run in the thread, beside the computation
+    tracks_spread = True  # the replicas drift apart between exchanges, as for the other gossip methods
 
     def __init__(self, topology: Topology, *, seed: int = 0) -> None:
         super().__init__(topology)

@@ -152,9 +152,13 @@ class Algorithm(abc.ABC):
         """Schedule logic at the end of an epoch; ``train_loss`` is the job-wide mean."""
 
     def eval_model(self) -> nn.Module:
-        """The model whose validation metric is reported."""
+        """The model whose validation metric is reported: by default the workers' average, batch-norm
+        statistics included (``averaged_model``), so that every algorithm is scored on the same kind
+        of model. Where the parameters are equal on every rank (DDP, all-reduce, Horovod, DASO after
+        its epoch-end sync) only the statistics differ, each rank's running averages of its own shard.
+        A collective: every rank calls it."""
         assert self.model is not None, "prepare() first"
-        return self.model
+        return self.averaged_model()
 
     def close(self) -> None:
         """Stop background work (communication threads); called once when training ends."""

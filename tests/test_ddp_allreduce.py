@@ -50,3 +50,28 @@ def _flat_average(rank: int, world: int) -> None:
 
 def test_flat_average_and_broadcast_on_rank_valued_tensors():
     run_on(4, _flat_average)
+
+
+def _evaluated_statistics(rank: int, world: int, name: str) -> None:
+    """Rank r trains a batch-norm layer on data of mean r: the evaluated model holds the workers' mean
+    statistics, as for the model-averaging methods, not each rank's own (which would score each
+    validation slice with another model)."""
+    import algorithms
+    from algorithms.topology import Topology
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(2, momentum=1.0), torch.nn.Linear(2, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    algo = algorithms.build(name, Topology(rank, nodes=1, procs_per_node=world))
+    train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=1, epochs=1))
+    x = torch.full((4, 2), float(rank)) + torch.tensor([[0.0, 1.0], [0.0, -1.0], [1.0, 0.0], [-1.0, 0.0]])
+    train_model(x).sum().backward()  # momentum 1: running_mean is this batch's mean, (r, r)
+    algo.step()
+    evaluated = algo.eval_model()[0].running_mean
+    assert torch.allclose(evaluated, torch.full((2,), (world - 1) / 2)), (name, rank, evaluated)
+    algo.close()
+
+
+def test_every_algorithm_is_evaluated_with_the_workers_mean_batch_norm_statistics():
+    for name in ("allreduce", "ddp"):
+        run_on(2, _evaluated_statistics, name)
