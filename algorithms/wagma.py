@@ -6,12 +6,16 @@ process group of its own. A rank that reaches group iteration t before the round
 becomes an activator: it sends an activation message (the version t) to every other rank and asks
 its own thread to run the round. A thread runs every version it has been activated for, in order,
 as the butterfly group all-reduce of the paper (recursive doubling over the step's masks),
-contributing whatever its send buffer holds at that moment: the latest locally updated model, stale
-if its main thread has not reached t yet. How close to the paper: the schedule, the group sums, the
+contributing whatever its send buffer holds at that moment: the latest locally updated model W'_s
+(after the local step, before averaging), stale (s < t) if its main thread has not reached t yet. The
+main thread refreshes the send buffer after every local step, global iterations included (spec
+wagma.md 2.3, A9(a)), so a rank late just after a global average contributes its W' of that
+iteration, not a model from before it. How close to the paper: the schedule, the group sums, the
 stale rule and the version check are the paper's; the activation is a flat broadcast from the
 activator (the paper forwards along a binomial tree), and progress is made by a thread polling gloo
-rather than by fflib's offloaded schedules: one thread receives activations, one runs the rounds. ``mode="sync"`` runs the same group all-reduce from the
-main thread with fresh models only (the paper's beta switch), for comparison.
+rather than by fflib's offloaded schedules: one thread receives activations, one runs the rounds.
+``mode="sync"`` runs the same group all-reduce from the main thread with fresh models only (the
+paper's beta switch), for comparison.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ class WAGMA(Algorithm):
     Why: a global all-reduce every step waits for the slowest worker. WAGMA averages within groups
     of S (default sqrt(P)) that change every iteration following a butterfly schedule, so a
     worker's update reaches all P workers within log_S(P) iterations, and the first worker to arrive
-    starts the group round: late workers contribute their latest model instead of being waited for.
+    starts the group round: late workers contribute their send buffer instead of being waited for,
+    which holds their latest locally updated model (refreshed after every local step, global ones too).
     Every ``global_period`` (tau) iterations a blocking global average bounds the staleness. The local step
     comes first, then the averaging (Algorithm 2); momentum stays local; batch-norm buffers are not
     averaged; the evaluated model is the average of all workers.
@@ -126,6 +131,11 @@ class WAGMA(Algorithm):
     def step(self) -> None:
         self.optimizer.step()  # W'_t = W_t + dW_t, then average (Algorithm 2's order)
         t, own = self.step_count, flatten(self.params)
+        with self.cond:
+            # "The send buffer is updated by W'_t" at every iteration, global ones included (A9(a)).
+            # Before the global all-reduce: a peer leaving it first may start round t + 1 at once,
+            # and this rank's thread must then contribute W'_t, not a model from before the sync.
+            self.send_buf, self.send_iter = own, t
         start = self._timed_start()
         if self.is_global(t):
             flat_average_(self.params)
@@ -144,8 +154,7 @@ class WAGMA(Algorithm):
     def _group_round(self, t: int, own: torch.Tensor) -> tuple[torch.Tensor, int]:
         if self.mode == "sync":
             return self._butterfly(t, own), t
-        with self.cond:
-            self.send_buf, self.send_iter = own, t  # "the send buffer is updated by W'_t"
+        with self.cond:  # step() has already published W'_t as the send buffer
             activate = self.started_version < t  # version check: nobody has started round t here yet
             if activate:
                 self.requests.append(t)
@@ -255,8 +264,9 @@ class WAGMA(Algorithm):
         return {"stale_share": self.stale_rounds / self.rounds if self.rounds else 0.0}
 
     def state_dict(self) -> dict[str, object]:
-        """The round counters, the version check's state and the send buffer (the model a late rank
-        contributes). Called when every rank has finished the same step, so no round is running."""
+        """The round counters, the version check's state and the send buffer (W'_t of the last step,
+        the model a late rank contributes next). Called when every rank has finished the same step,
+        so no round is running."""
         with self.cond:
             return {**super().state_dict(), "rounds": self.rounds, "stale_rounds": self.stale_rounds,
                     "next_version": self.next_version, "started_version": self.started_version,
