@@ -199,20 +199,23 @@ class DanaZero(MultiAsgd):
 class DanaDc(DanaZero):
     """DANA-DC (Alg. 7): DANA-Zero on delay-compensated gradients.
 
-    ``anchor`` says which drift the DC term corrects (spec A-8):
+    ``anchor`` says which drift the DC term ``g + lam g*g*(theta^0 - theta^i)`` corrects (spec A-8):
 
-    - ``lookahead`` (default): the current look-ahead minus the look-ahead worker i computed on, i.e.
-      only the movement caused by other workers' updates. With one worker this is zero, so DANA-DC
-      is NAG like every DANA variant.
-    - ``sent``: theta^0 minus the look-ahead sent (the spec's reading of Alg. 7); the drift then also
-      holds the look-ahead offset ``lr m sum_j v_j`` itself, even without any delay.
-    - ``master_at_send``: theta^0 minus theta^0 at the time of sending.
+    - ``sent`` (default): Alg. 7 as printed, theta^i the parameters previously sent to worker i, i.e.
+      the look-ahead it computed its gradient on, against the master's current theta^0. The drift
+      then also holds the look-ahead offset ``lr m sum_j v_j`` itself, so even one undelayed worker is
+      corrected and DANA-DC with N = 1 is not exactly NAG.
+    - ``lookahead``: the current look-ahead minus the look-ahead worker i computed on, i.e. only the
+      movement caused by other workers' updates. With one worker this is zero, so DANA-DC is NAG like
+      every DANA variant. Not the paper's formula.
+    - ``master_at_send``: theta^0 minus theta^0 at the time of sending (DC-ASGD's anchor). Not the
+      paper's formula either.
     """
 
-    ANCHORS = ("lookahead", "sent", "master_at_send")
+    ANCHORS = ("sent", "lookahead", "master_at_send")
 
     def __init__(self, theta: Tensor, workers: int, momentum: float, dc: dict[str, object],
-                 anchor: str = "lookahead") -> None:
+                 anchor: str = "sent") -> None:
         super().__init__(theta, workers, momentum)
         if anchor not in self.ANCHORS:
             raise ValueError(f"Arg ``dc_anchor`` must be one of {self.ANCHORS}, got {anchor!r}.")
@@ -228,7 +231,7 @@ class DanaDc(DanaZero):
 
 
 def make_master(rule: str, theta: Tensor, workers: int, momentum: float, *, nag_form: str = "nesterov",
-                dc: dict[str, object] | None = None, dc_anchor: str = "lookahead") -> Master:
+                dc: dict[str, object] | None = None, dc_anchor: str = "sent") -> Master:
     """The master of ``rule`` (one of ``RULES``); DANA-Slim's master is plain ASGD's (Sec. 4.2)."""
     dc = dc or {"lam0": 2.0, "mode": "adaptive", "decay": 0.95, "eps": 1e-7}
     if rule in ("asgd", "dana_slim"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 import algorithms
+from algorithms.parameter_server import ParameterServer
 from benchmarks import tasks
 from benchmarks.schedule import SCHEDULES
 
@@ -32,7 +33,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
     "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
-    "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by the workers (Goyal et al.)
+    "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by lr_scale() (Goyal et al.)
     "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
     "straggler": (str, "none"),  # none | fixed | gamma | gamma_het (benchmarks/stragglers.py)
     "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
@@ -198,8 +199,8 @@ def resolve(
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
     _check_values(config)
-    if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x global batch / per-worker batch
-        config.hparams["lr"] = config.hparams["lr"] * config.world_size
+    if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
+        config.hparams["lr"] = config.hparams["lr"] * lr_scale(config.algorithm, config.world_size)
     if check_data and task_obj.check_data is not None:
         root = config.settings["data_root"]
         try:
@@ -207,6 +208,22 @@ def resolve(
         except tasks.DataRootError as error:
             raise ConfigError(str(error)) from None
     return config
+
+
+def lr_scale(algorithm: str, world_size: int) -> int:
+    """The factor ``scale_lr`` multiplies the lr by: how many workers' gradients one update averages.
+
+    Goyal et al.'s linear rule scales the lr with the batch one update is computed from. The
+    synchronous and decentralised algorithms (``ddp``, ``allreduce``, gossip, local SGD, LAP/LPP-SGD)
+    average the batches of all ``world_size`` ranks, simulated or real: the factor is ``world_size``.
+    A parameter server (every subclass of ``ParameterServer``: ASGD, NAG-ASGD, Multi-ASGD, DC-ASGD and
+    the DANA variants) applies each worker's batch-B gradient as an update of its own, so its lr stays
+    the single-worker one, as in the DANA paper (spec dana.md, A-17): the factor is 1 (world_size
+    would be N on the simulated clock and N + 1 on a real run, whose world also counts the master).
+    The class check lives here, beside the rule, because what one update averages is a property of
+    the algorithm's update, not a knob a run could set.
+    """
+    return 1 if issubclass(algorithms.get(algorithm), ParameterServer) else world_size
 
 
 def _check_values(config: RunConfig) -> None:

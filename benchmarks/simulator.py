@@ -15,6 +15,12 @@ costs about what one worker's training costs, whatever P). The master's own serv
 modelled. ``allreduce`` (and ``ddp``) simulate the synchronous reference: each step waits for the
 slowest of P batches plus a ring all-reduce and applies the mean gradient.
 
+The lr follows the rule of real runs (``benchmarks/config.py:lr_scale``): with ``scale_lr`` the
+synchronous reference, which averages P batches per update, gets lr x P (Goyal et al.), warmed up
+from lr; the parameter-server rules apply each worker's batch as its own update at the single-worker
+lr, warmed up from lr / P. Without ``scale_lr`` both get the lr as given, which starves the reference
+of updates (P times fewer at the same lr).
+
 The run directory is the usual one; times are simulated seconds and ``summary.json`` says
 ``clock: simulated``. One data stream (a shuffle per epoch) feeds the workers in dispatch order
 (spec A-19); an epoch is M/B master updates (A-12). Batch-norm statistics are one shared set, updated
@@ -90,7 +96,7 @@ def simulate(cfg: RunConfig) -> int:
     if updates_per_epoch == 0:
         print(f"error: batch_size {batch} exceeds the training set", file=sys.stderr)
         return 2
-    lr_factor = LRSchedule(h, updates_per_epoch, workers)
+    lr_factor = LRSchedule(h, updates_per_epoch, workers)  # warm-up from 1/P of the (resolved) peak
     if synchronous:  # the reference: one Nesterov/heavy-ball step on the mean of P gradients
         master = async_rules.NagAsgd(theta, 1, h["momentum"], "nesterov" if h["nesterov"] else "heavy_ball")
     else:

@@ -156,3 +156,39 @@ def test_scale_lr_applies_the_linear_rule_to_the_run_and_records_it(tmp_path):
     scaled = config.resolve("ddp", "digits", 2, 4, 0, tmp_path, ["lr=0.0125", "scale_lr=true"])
     assert plain.hparams["lr"] == 0.0125 and scaled.hparams["lr"] == pytest.approx(0.1)  # 0.0125 x 8 workers
     assert scaled.to_json()["settings"]["scale_lr"] is True
+
+
+def test_scale_lr_counts_the_gradients_one_update_averages(tmp_path):
+    """Synchronous and decentralised algorithms average world_size gradients per update; a parameter
+    server applies each worker's gradient as its own update, so its lr stays the single-worker one,
+    on a real run (world = master + 7 workers) as in the simulator (8 workers)."""
+    for algorithm, expected in (("allreduce", 0.16), ("lap_sgd", 0.16), ("dpsgd", 0.16), ("dana_dc", 0.02),
+                                ("asgd", 0.02)):
+        for clock in ("wall", "simulated"):
+            if clock == "simulated" and algorithm in ("lap_sgd", "dpsgd"):
+                continue  # no simulator
+            cfg = config.resolve(algorithm, "digits", 2, 4, 0, tmp_path,
+                                 ["lr=0.02", "scale_lr=true", f"clock={clock}"])
+            assert cfg.hparams["lr"] == pytest.approx(expected), (algorithm, clock)
+            assert cfg.to_json()["settings"]["scale_lr"] is True
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_dana_local_matrix_gives_the_synchronous_reference_the_large_batch_lr(tmp_path, nodes):
+    """config/dana-local.yaml, resolved as the Snakefile does: allreduce averages N gradients per update
+    and gets Goyal's lr 0.02 x N (warm-up from 0.02); every parameter-server algorithm gets 0.02."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    matrices = config.matrices(yaml.safe_load((root / "config/dana-local.yaml").read_text()))
+    (m,) = [m for m in matrices if m["suite"] == "dana-local"]
+    workers = nodes * m["procs_per_node"]
+    assert "allreduce" in m["algorithms"] and len(m["algorithms"]) > 1
+    for algorithm in m["algorithms"]:
+        cfg = config.resolve(algorithm, "digits", nodes, m["procs_per_node"], 0, tmp_path,
+                             config.overrides_for(algorithm, "digits", m["overrides"]))
+        expected = 0.02 * workers if algorithm == "allreduce" else 0.02
+        assert cfg.hparams["lr"] == pytest.approx(expected), algorithm
+        # the warm-up starts at 1 / N of the peak: the single-worker lr for allreduce, lr / N for the others
+        start = cfg.hparams["lr"] * LRSchedule(cfg.hparams, 10, workers)(0)
+        assert start == pytest.approx(0.02 if algorithm == "allreduce" else 0.02 / workers)

@@ -95,9 +95,11 @@ def test_multi_asgd_is_not_dana_slim():
     assert diff > 1e-3
 
 
-@pytest.mark.parametrize("rule", ["dana_zero", "dana_slim", "dana_dc", "nag_asgd"])
-def test_one_worker_is_single_worker_nag(rule):
-    """With N = 1 every DANA variant computes its gradients where torch's Nesterov SGD does."""
+@pytest.mark.parametrize("rule, knobs", [("dana_zero", {}), ("dana_slim", {}),
+                                         ("dana_dc", {"dc_anchor": "lookahead"}), ("nag_asgd", {})])
+def test_one_worker_is_single_worker_nag(rule, knobs):
+    """With N = 1 every DANA variant computes its gradients where torch's Nesterov SGD does (DANA-DC
+    with the ``lookahead`` anchor; Alg. 7 as printed corrects even an undelayed worker, next test)."""
     p = torch.nn.Parameter(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64))
     opt = torch.optim.SGD([p], lr=LR, momentum=M, nesterov=True)
     points = []
@@ -105,7 +107,7 @@ def test_one_worker_is_single_worker_nag(rule):
         p.grad = quadratic_grad(p.detach())
         opt.step()
         points.append(p.detach().clone())
-    for a, b in zip(run_rule(rule, 1, [0] * 30), points):
+    for a, b in zip(run_rule(rule, 1, [0] * 30, **knobs), points):
         assert torch.allclose(a, b, rtol=0, atol=1e-12)
 
 
@@ -124,7 +126,7 @@ def test_one_worker_multi_and_dc_asgd_are_heavy_ball():
 
 def test_dana_dc_spec_anchor_differs_without_delay():
     """The printed reading (drift = theta^0 - look-ahead sent) corrects even a single undelayed worker."""
-    a = run_rule("dana_dc", 1, [0] * 10, dc_anchor="sent")
+    a = run_rule("dana_dc", 1, [0] * 10)  # the default anchor, ``sent``
     b = run_rule("dana_zero", 1, [0] * 10)
     assert max((x - y).abs().max().item() for x, y in zip(a, b)) > 1e-6
 
@@ -197,7 +199,7 @@ def test_parameter_server_trains(tmp_path, algorithm):
     with open(out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert summary["status"] == "completed" and summary["best_metric"] > 0.7
-    assert summary["samples"] == 4 * (1438 // (16 * 2)) * 2 * 16  # the master reads no batch
+    assert summary["samples"] == 4 * (1438 // 16) * 16  # epochs of M/B master updates (A-12)
     assert float(rows[-1]["lag"]) > 0 and float(rows[-1]["gap"]) > 0
 
 
@@ -229,3 +231,65 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     assert row16["ordering"] == "holds"
     assert table.set_index("workers").loc[8, "ordering"] == "does not hold"  # NAG-ASGD 0.7 > Slim 0.5
     assert "holds here in 1 of 1 settings" in dana.verdict([(title, table)])
+
+
+def test_dana_dc_default_anchor_is_algorithm_7_as_printed():
+    """Alg. 7 by hand, with the default anchor: g_hat = g + lam g*g*(theta^0 - theta^i), theta^i the
+    look-ahead last sent to worker i (spec A-8); v^i = m v^i + g_hat; theta^0 -= lr v^i; send
+    theta_hat = theta^0 - lr m sum_j v^j. Two workers, m = 0.9, lr = 0.1, constant lambda = 2."""
+    theta = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    master = ar.DanaDc(theta, 2, M, {"lam0": 2.0, "mode": "constant", "decay": 0.95, "eps": 0.0})
+    # 1. worker 0, g = [1, -1] computed at theta_0 = [1, 2] = what it was sent: drift 0, g_hat = g.
+    #    v0 = [1, -1]; theta^0 = [1, 2] - 0.1 [1, -1] = [0.9, 2.1];
+    #    sent = [0.9, 2.1] - 0.1*0.9 [1, -1] = [0.81, 2.19]
+    sent0 = master.apply(0, torch.tensor([1.0, -1.0], dtype=torch.float64), LR)
+    assert sent0.tolist() == pytest.approx([0.81, 2.19])
+    assert master.params.tolist() == pytest.approx([0.9, 2.1])
+    # 2. worker 1, g = [0.5, 1] computed at theta_0 = [1, 2]: drift = [0.9, 2.1] - [1, 2] = [-0.1, 0.1]
+    #    g_hat = [0.5 + 2*0.25*(-0.1), 1 + 2*1*0.1] = [0.45, 1.2] = v1 (v1 was 0)
+    #    theta^0 = [0.9, 2.1] - 0.1 [0.45, 1.2] = [0.855, 1.98]; sum v = [1.45, 0.2]
+    #    sent = [0.855 - 0.09*1.45, 1.98 - 0.09*0.2] = [0.7245, 1.962]
+    #    (the ``lookahead`` anchor would take drift = [0.81, 2.19] - [1, 2] and g_hat = [0.405, 1.38])
+    sent1 = master.apply(1, torch.tensor([0.5, 1.0], dtype=torch.float64), LR)
+    assert master.v[1].tolist() == pytest.approx([0.45, 1.2])
+    assert master.params.tolist() == pytest.approx([0.855, 1.98])
+    assert sent1.tolist() == pytest.approx([0.7245, 1.962])
+    # 3. worker 0, g = [-1, 2] computed at its look-ahead [0.81, 2.19]:
+    #    drift = [0.855, 1.98] - [0.81, 2.19] = [0.045, -0.21]
+    #    g_hat = [-1 + 2*1*0.045, 2 + 2*4*(-0.21)] = [-0.91, 0.32]
+    #    v0 = 0.9 [1, -1] + [-0.91, 0.32] = [-0.01, -0.58]
+    #    theta^0 = [0.855, 1.98] - 0.1 [-0.01, -0.58] = [0.856, 2.038]; sum v = [0.44, 0.62]
+    #    sent = [0.856 - 0.09*0.44, 2.038 - 0.09*0.62] = [0.8164, 1.9822]
+    sent0 = master.apply(0, torch.tensor([-1.0, 2.0], dtype=torch.float64), LR)
+    g_hat = master.v[0] - M * torch.tensor([1.0, -1.0], dtype=torch.float64)
+    assert g_hat.tolist() == pytest.approx([-0.91, 0.32])
+    assert master.v[0].tolist() == pytest.approx([-0.01, -0.58])
+    assert master.params.tolist() == pytest.approx([0.856, 2.038])
+    assert sent0.tolist() == pytest.approx([0.8164, 1.9822])
+    assert master.anchor == ar.make_master("dana_dc", theta, 2, M).anchor == "sent"  # the default, both ways
+
+
+def dana_local_sets(algorithm: str) -> list[str]:
+    """The ``--set`` items config/dana-local.yaml gives ``algorithm``'s runs, as the Snakefile builds them."""
+    import yaml
+
+    from benchmarks import config
+
+    (m,) = [m for m in config.matrices(yaml.safe_load((ROOT / "config/dana-local.yaml").read_text()))
+            if m["suite"] == "dana-local"]
+    items = config.overrides_for(algorithm, "digits", m["overrides"])
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def test_simulated_reference_of_dana_local_takes_the_large_batch_lr(tmp_path):
+    """dana-local's synchronous reference at 8 workers averages 8 gradients per update: after its warm-up
+    from 0.02 it logs lr 0.02 x 8 and, with 8 times fewer updates than a parameter server, beats the same
+    run at the single-worker lr. (The parameter servers' 0.02 is checked in tests/test_config.py.)"""
+    short = ["--set", "epochs=3", "--set", "warmup_epochs=1"]  # a cosine over 3 epochs: 11 updates each
+    summary, rows = simulate(tmp_path, "allreduce", 8, *dana_local_sets("allreduce"), *short)
+    config_json = json.loads((tmp_path / "allreduce" / "config.json").read_text())
+    assert config_json["hparams"]["lr"] == pytest.approx(0.16) and config_json["settings"]["scale_lr"] is True
+    assert float(rows[0]["lr"]) == pytest.approx(0.16)  # end of the warm-up: the next update's lr is the peak
+    plain, _ = simulate(tmp_path / "plain", "allreduce", 8, *dana_local_sets("allreduce"), *short,
+                        "--set", "scale_lr=false")
+    assert summary["final_metric"] > plain["final_metric"] + 0.2  # seed 3: 0.92 against 0.44
