@@ -23,6 +23,17 @@ def debias(x: torch.Tensor, w: float) -> torch.Tensor:
     return x / w
 
 
+def numerator_step(z_before: torch.Tensor, z_after: torch.Tensor, w: float) -> torch.Tensor:
+    """The numerator after the local step: x = w z_before plus the optimizer's update z_after - z_before.
+
+    SGP applies the update computed at z to the numerator (Algorithm 1: x <- x - lr grad F(z)), not
+    w times it, so the de-biased network average sum(x)/sum(w) moves by the mean update however the
+    weight is spread. Written as z_after + (w - 1) z_before, equal to w z_before + (z_after - z_before),
+    so that with w = 1 (no overlap, P a power of two) the numerator is z_after to the last bit.
+    """
+    return z_after + (w - 1.0) * z_before
+
+
 class SGP(Algorithm):
     """SGP: push-sum averaging with k rotating peers on a directed exponential graph, every step.
 
@@ -30,9 +41,12 @@ class SGP(Algorithm):
     ICML 2019, https://arxiv.org/abs/1811.10792.
 
     Each worker holds a push-sum numerator x and weight w; its model parameters hold the de-biased
-    z = x / w, at which gradients are computed and to which the local (momentum) optimizer applies
-    the update, as the reference ``GossipDataParallel`` does. After the step the worker keeps
-    1/(k+1) of (w*z, w) and pushes 1/(k+1) to each of its k out-peers, which rotate through the
+    z = x / w, at which gradients are computed. The run's (momentum) optimizer steps z, and its update
+    z_after - z_before is added to the numerator, x <- x + (z_after - z_before), as in the paper's
+    Algorithm 1 (x <- x - lr grad F(z)) and the reference ``GossipDataParallel``, which turns the
+    parameters back into numerators after the backward pass and before ``optimizer.step()``. Weight
+    decay is thus taken at z here (the reference's is at x = w z). After the step the worker keeps
+    1/(k+1) of (x, w) and pushes 1/(k+1) to each of its k out-peers, which rotate through the
     offsets 2^r every step; the sum of w over workers stays P and the de-biased average sum(x)/sum(w)
     is the true average. With ``overlap`` = tau > 0 the messages are sent without blocking and
     consumed tau steps later (overlap SGP); all messages in flight are consumed at each epoch end.
@@ -71,16 +85,19 @@ class SGP(Algorithm):
         self.in_flight: deque[tuple[int, list, list[torch.Tensor]]] = deque()
 
     def step(self) -> None:
-        self.optimizer.step()
         params = [p.data for p in self.model.parameters()]
-        if self.topology.world_size > 1:
+        if self.topology.world_size == 1:
+            self.optimizer.step()
+        else:
+            z_before = flatten(params)  # a copy: the optimizer steps the parameters in place
+            self.optimizer.step()
+            x = numerator_step(z_before, flatten(params), self.weight)
             start = self._timed_start()
-            self._gossip(params)
+            self._gossip(x, params)
             self._timed_stop(start)
         self.step_count += 1
 
-    def _gossip(self, params: list[torch.Tensor]) -> None:
-        x = flatten(params) * self.weight  # back from z to the numerator x = w z
+    def _gossip(self, x: torch.Tensor, params: list[torch.Tensor]) -> None:
         kept, kept_w = push_sum_share(x, self.weight, self.num_peers)
         message = torch.cat([kept, torch.tensor([kept_w], dtype=kept.dtype)])
         out_peers, in_peers = exponential_peers(self.topology.rank, self.topology.world_size,
@@ -109,7 +126,8 @@ class SGP(Algorithm):
         if not self.in_flight:
             return
         params = [p.data for p in self.model.parameters()]
-        state = torch.cat([flatten(params) * self.weight, torch.tensor([self.weight])])
+        x = flatten(params) * self.weight
+        state = torch.cat([x, torch.tensor([self.weight], dtype=x.dtype)])
         while self.in_flight:
             state += self._consume()
         self._set(state, params)
@@ -118,7 +136,8 @@ class SGP(Algorithm):
         """The network average sum_i x_i / sum_i w_i (messages in flight are not counted)."""
         model = self.averaged_model()  # buffers (batch-norm statistics) averaged as for the others
         params = [p.data for p in self.model.parameters()]
-        total = torch.cat([flatten(params) * self.weight, torch.tensor([self.weight])])
+        x = flatten(params) * self.weight
+        total = torch.cat([x, torch.tensor([self.weight], dtype=x.dtype)])
         dist.all_reduce(total)
         with torch.no_grad():
             unflatten_into(debias(total[:-1], total[-1].item()), [p.data for p in model.parameters()])
