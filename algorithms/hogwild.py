@@ -2,11 +2,12 @@
 
 Each worker (rank) holds one model in shared memory. ``UpdaterPool`` starts U updater processes that
 train it lock-free, each with its own momentum buffers, from the batches the rank's main process
-(the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots. The updaters never
-touch ``torch.distributed``. The rules follow spec lpp_sgd.md: equal-parameter-count contiguous
-blocks (3.2), the per-updater full/partial toggle after T_st (3.3), the averaging period (3.4), the
-learning rate (3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the gradient
-(3.7), and the averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
+(its feed thread, beside the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots,
+each after the batch's straggler delay. The updaters touch neither ``torch.distributed`` nor the
+stragglers. The rules follow spec lpp_sgd.md: equal-parameter-count contiguous blocks (3.2), the
+per-updater full/partial toggle after T_st (3.3), the averaging period (3.4), the learning rate
+(3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the gradient (3.7), and the
+averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
 """
 
 from __future__ import annotations
@@ -181,9 +182,10 @@ class UpdaterPool:
     """U updater processes training one shared model, fed through a ring of shared batch slots.
 
     The processes start at once (before the run's clock) and wait for ``setup``, which the first
-    epoch sends with the slots shaped like its first batch. ``put`` copies a batch into a free slot;
-    the updaters count every update in ``counter`` (read&inc, after the gradient) and add their loss
-    and update counts to ``stats`` (one row each: loss sum, updates applied, partial updates).
+    epoch sends with the slots shaped like its first batch. ``put`` copies a batch into a free slot
+    (the rank's feed thread calls it, after the batch's straggler delay); the updaters count every
+    update in ``counter`` (read&inc, after the gradient) and add their loss and update counts to
+    ``stats`` (one row each: loss sum, updates applied, partial updates).
     """
 
     def __init__(self, model: nn.Module, updaters: int, blocks: list[tuple[int, int]], optimizer_defaults: dict,
@@ -214,7 +216,7 @@ class UpdaterPool:
         for _ in self.procs:  # wait until each has imported torch: set-up time, not training time
             _get(started, os.getpid(), alive=self.check)
 
-    def setup(self, batch: object, loss_fn: Callable, schedule: Schedule, stragglers: object, slots: int) -> None:
+    def setup(self, batch: object, loss_fn: Callable, schedule: Schedule, slots: int) -> None:
         """Allocate ``slots`` shared slots shaped like ``batch`` and send each updater what it needs."""
         self.template = batch
         self.slots = [torch.empty((slots, *t.shape), dtype=t.dtype, device=t.device).share_memory_()
@@ -222,24 +224,24 @@ class UpdaterPool:
         for s in range(slots):
             self.free.put(s)
         for q in self.setups:
-            q.put((self.slots, batch, loss_fn, schedule, stragglers))
+            q.put((self.slots, batch, loss_fn, schedule))
 
-    def put(self, batch: object, step: int, block: bool) -> bool:
-        """Copy ``batch`` into a free slot for the updaters; ``False`` if none is free and not ``block``."""
+    def put(self, batch: object, step: int) -> None:
+        """Copy ``batch`` into a slot for the updaters once one is free (raise if an updater died).
+
+        Called from the rank's feed thread, not from the thread that made the pool.
+        """
         while True:
             try:
-                slot = self.free.get(timeout=1.0) if block else self.free.get_nowait()
+                slot = self.free.get(timeout=1.0)
                 break
             except queue.Empty:
-                if not block:
-                    return False
                 self.check()
         for shared, t in zip(self.slots, batch_tensors(batch)):
             shared[slot].copy_(t)
-        if self.slots[0].is_cuda:  # the updater's stream must see the copy finished
-            torch.cuda.current_stream().synchronize()
+        if self.slots[0].is_cuda:  # the updater's stream must see the copy finished; name the slots'
+            torch.cuda.current_stream(self.slots[0].device).synchronize()  # device: a thread's may differ
         self.ready.put((slot, step))
-        return True
 
     def updates(self) -> int:
         return int(self.counter.value)
@@ -277,10 +279,9 @@ def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready
         torch.manual_seed(seed % 2**63)  # dropout differs between updaters
         updater = Updater(model, block, bufs, started, toggle, **settings)
         up.put(u)
-        slots, template, loss_fn, schedule, stragglers = _get(setup, parent)
-        while (item := _get(ready, parent)) is not None:
+        slots, template, loss_fn, schedule = _get(setup, parent)
+        while (item := _get(ready, parent)) is not None:  # a straggler's batch comes after its delay
             slot, step = item
-            stragglers.before_step(step)  # a straggler's compute is slow, not its averager
             batch = _fill(template, [t[slot] for t in slots])
             loss, span, grads = updater.gradients(batch, loss_fn)
             if grads[0].is_cuda:  # the slot's batch has been read once the kernels have run

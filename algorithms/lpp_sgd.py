@@ -2,15 +2,18 @@
 
 Paper: Chatterjee, Kungurtsev, Alistarh, "Scaling the Wild: Decentralizing Hogwild!-style
 Shared-memory SGD", https://arxiv.org/abs/2203.06638; spec ``../shared/specs/lpp_sgd.md``. The
-rank's main process is the averager a^q of Algorithm 1; the U updaters and the update rules are in
-``algorithms/hogwild.py``. Both classes own their loop (``owns_loop``): the runner hands them each
-epoch's batches of this rank's shard and keeps data, evaluation, metrics and the clock.
+rank's main process is the averager a^q of Algorithm 1 (its main thread) and the feed of the U
+updaters (a second thread); the updaters and the update rules are in ``algorithms/hogwild.py``.
+Both classes own their loop (``owns_loop``): the runner hands them each epoch's batches of this
+rank's shard and keeps data, evaluation, metrics and the clock.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -43,7 +46,11 @@ class LAPSGD(Algorithm):
     (spec 3.5): a linear warm-up over the task's ``warmup_epochs`` (5 in the paper's recipes) from alpha_0 to alpha_w = alpha_0 x B_loc x
     Q / B_base, then cosine annealing. As everywhere in the suite, the task's ``lr`` is the run's
     warmed-up rate alpha_w (Table 13's alpha^w_DP, which equals alpha^w_LAP), and alpha_0 follows
-    from the rule; the task's ``schedule`` and ``milestones`` do not apply.
+    from the rule; the task's ``schedule`` and ``milestones`` do not apply. A second thread of the
+    main process feeds the updaters the rank's batches, each after its straggler delay
+    (``Epoch.stragglers``): a straggling rank's batches are delayed once each and in series, so an
+    epoch of n delayed batches takes at least n delays whatever U, while the averager goes on
+    (see ``_feed``).
 
     Args:
         updaters: U, updater processes per worker (default 4, the paper's usual value; the
@@ -93,6 +100,8 @@ class LAPSGD(Algorithm):
         self.last = 0  # this worker's counter at its last average (the official ``last_averaged_at``)
         self.rounds = 0
         self.period_now = 1
+        self.stop_feed = threading.Event()
+        self.feed_error: BaseException | None = None
 
     def blocks(self, model: nn.Module) -> list[tuple[int, int]]:
         """Each updater's block for partial steps: LAP-SGD always takes the whole model."""
@@ -116,34 +125,37 @@ class LAPSGD(Algorithm):
         if self.schedule is None:
             first = next(batches)
             self.schedule = self._schedule(first, epoch)
-            pool.setup(first, epoch.task.loss, self.schedule, epoch.stragglers, slots=3 * self.updaters)
+            pool.setup(first, epoch.task.loss, self.schedule, slots=3 * self.updaters)
             batches = itertools.chain([first], batches)
         start_loss, start_applied = pool.stats[:, 0].sum().item(), pool.applied()
-        target, fed, shown, pending = pool.updates() + n, 0, start_applied, None
+        target, shown = pool.updates() + n, start_applied
         device = next(self.model.parameters()).device
-        while True:  # the averager's loop, feeding the updaters between polls
-            while fed < n:
-                pending = next(batches) if pending is None else pending
-                if not pool.put(pending, epoch.step + fed, block=False):
+        self.stop_feed.clear()
+        feed = threading.Thread(target=self._feed, args=(batches, epoch.step, n, epoch.stragglers),
+                                name="lap-feed", daemon=True)
+        feed.start()
+        try:
+            while True:  # the averager's loop, beside the feed
+                s = pool.updates()
+                state = torch.tensor([s, -self.last], dtype=torch.float64, device=device)
+                dist.all_reduce(state, op=dist.ReduceOp.MAX)  # the same decision on every worker
+                s_max, last_min = state[0].item(), -state[1].item()
+                if s_max >= target:
                     break
-                pending, fed = None, fed + 1
-            s = pool.updates()
-            state = torch.tensor([s, -self.last], dtype=torch.float64, device=device)
-            dist.all_reduce(state, op=dist.ReduceOp.MAX)  # the same decision on every worker
-            s_max, last_min = state[0].item(), -state[1].item()
-            if s_max >= target:
-                break
-            self.period_now = averaging_period(s_max / self.plan.steps_per_epoch, self.switch_at, self.period)
-            if s_max - last_min >= self.period_now:
-                self.last = s
-                self._average()
-            elif self.poll_s:
-                time.sleep(self.poll_s)
-            pool.check()
-            shown = self._progress(epoch, shown)
-        while fed < n:  # this worker is behind the fastest: finish its share without averaging
-            pool.put(next(batches) if pending is None else pending, epoch.step + fed, block=True)
-            pending, fed = None, fed + 1
+                epoch_now = s_max / self.plan.steps_per_epoch
+                self.period_now = averaging_period(epoch_now, self.switch_at, self.period)
+                if s_max - last_min >= self.period_now:
+                    self.last = s
+                    self._average()
+                elif self.poll_s:
+                    time.sleep(self.poll_s)
+                self._check_feed()
+                pool.check()
+                shown = self._progress(epoch, shown)
+            feed.join()  # this worker is behind the fastest: its feed finishes its share without averaging
+        finally:
+            self.stop_feed.set()  # ends the feed after its batch in hand if the averager raised
+        self._check_feed()
         while pool.applied() < start_applied + n:
             pool.check()
             time.sleep(0.001)
@@ -151,6 +163,35 @@ class LAPSGD(Algorithm):
         self.step_count = pool.updates()
         self.optimizer.param_groups[0]["lr"] = self.schedule.lr(self.step_count)  # the lr column
         return pool.stats[:, 0].sum().item() - start_loss, n
+
+    def _feed(self, batches: Iterator, first_step: int, n: int, stragglers: object) -> None:
+        """Hand the updaters batch ``step`` only after its straggler delay (a thread of the main process).
+
+        The feed is the updaters' only source of batches, and the rank's one ``Stragglers`` draws
+        here once per batch, in step order (the draws of any algorithm's rank at the same steps): a
+        straggling rank's batches are delayed once each and in series, its U updaters get at most
+        one batch per delay, and its ``n`` batches take at least ``n`` delays, as on a synchronous
+        rank. (A sleep in each updater overlapped U delays, from U copies of one generator.) The
+        updaters still compute the batches already fed while a delay runs, as U processes on one GPU
+        overlap, so a batch costs the rank about max(delay, its time per batch), where a
+        synchronous rank pays their sum. The feed is a thread, not a step of the averager's loop,
+        so that the averager goes on meanwhile: a slow device slows the rank's gradients, not its
+        averaging, and a sleeping averager would also stall the other ranks' averagers, which meet
+        it at every poll's all-reduce, and so their feeds.
+        """
+        try:
+            for step, batch in zip(range(first_step, first_step + n), batches):
+                if self.stop_feed.is_set():
+                    return
+                stragglers.before_step(step)
+                self.pool.put(batch, step)
+        except BaseException as error:  # noqa: BLE001 - handed to the averager, which raises it
+            self.feed_error = error
+
+    def _check_feed(self) -> None:
+        if self.feed_error is not None:
+            error, self.feed_error = self.feed_error, None
+            raise RuntimeError("LAP-SGD's feed thread failed") from error
 
     def _schedule(self, batch: object, epoch: Epoch) -> Schedule:
         """The learning-rate rule of spec 3.5 for this run's batch size and number of workers.
@@ -188,6 +229,7 @@ class LAPSGD(Algorithm):
         return {"rounds": float(self.rounds), "K": float(self.period_now)}
 
     def close(self) -> None:
+        self.stop_feed.set()
         if self.pool is not None:
             self.pool.close()
             self.pool = None

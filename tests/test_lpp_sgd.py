@@ -1,6 +1,6 @@
 """LAP-SGD and LPP-SGD: the spec's block boundaries, partial steps, the lr rules, the averaging step,
-no deadlock across 200 averaging rounds with uneven updaters, the digits target end to end, and the
-paper matrix's dry run."""
+no deadlock across 200 averaging rounds with uneven ranks, a straggler's delays in series, the digits
+target end to end, and the paper matrix's dry run."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from algorithms.hogwild import (Updater, apply_average_, averaging_period, conti
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
 from benchmarks import models
+from benchmarks.stragglers import Stragglers
 from benchmarks.tasks import digits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,7 +164,7 @@ def test_the_averaging_step_keeps_what_updaters_wrote_after_the_snapshot():
 
 
 class _Uneven:
-    """Updaters of uneven speed: rank 1's are three times slower, and the delay varies per step."""
+    """Ranks of uneven speed: rank 1's batches are three times slower, and the delay varies per step."""
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -191,6 +192,9 @@ def _rounds(rank: int, world: int, store: str, out: str) -> None:
             step=epochs * 40, stragglers=_Uneven(rank), device=torch.device("cpu"), progress=lambda n: None))
         epochs += 1
         assert n == 40 and loss_sum > 0
+        # The runner's epoch-end all-reduce of the loss sums: the ranks start each epoch together
+        # (without it the fast rank's feed would run its next epoch while the slow rank catches up).
+        dist.all_reduce(torch.tensor([loss_sum, float(n)], dtype=torch.float64))
     state = algo.state_dict()
     assert state["updates"] == state["step_count"] == epochs * 40 and state["stats"][:, 1].sum() == epochs * 40
     algo.load_state_dict(state)
@@ -219,6 +223,46 @@ def test_no_deadlock_across_200_averaging_rounds_with_uneven_updaters(tmp_path):
     (rounds0, epochs0), (rounds1, epochs1) = result["rounds"]
     assert rounds0 == rounds1 >= 200 and epochs0 == epochs1  # every worker took the same decisions
     assert result["partial_share"] > 0.3  # after T_st, about every second update is partial
+
+
+def _timed_epoch(algo: LAPSGD, epoch: int, stragglers: Stragglers) -> float:
+    task = SimpleNamespace(loss=nn.functional.cross_entropy, hparams={"batch_size": 4})
+    g = torch.Generator().manual_seed(epoch)
+    batches = [(torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(8)]
+    start = time.perf_counter()
+    _, n = algo.train_epoch(algorithms.Epoch(
+        epoch=epoch, batches=batches, task=task, optimizer=algo.optimizer, lr_factor=lambda s: 1.0,
+        step=epoch * 8, stragglers=stragglers, device=torch.device("cpu"), progress=lambda n: None))
+    assert n == 8
+    return time.perf_counter() - start
+
+
+def test_a_straggling_rank_is_delayed_once_per_batch_in_series(tmp_path):
+    """A ``fixed`` straggler of 200 ms at every step: 8 batches take >= 1.6 s whatever U, as on a
+    synchronous rank (U updaters sleeping each their own batch's delay would overlap: ~0.4 s at U=4),
+    and the rank's one ``Stragglers`` draws once per batch (``gamma``: the same draws as any algorithm's
+    rank at the same steps, not U copies of one sequence)."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    algo = LAPSGD(Topology(0, nodes=1, procs_per_node=1), updaters=4, poll_ms=1.0)
+    try:
+        torch.manual_seed(0)
+        model = nn.Linear(8, 3)
+        algo.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                     algorithms.Plan(steps_per_epoch=8, epochs=3))
+        fixed = Stragglers("fixed", 0, [0], ranks=1, delay_ms=200.0)
+        straggled = _timed_epoch(algo, 0, fixed)
+        plain = _timed_epoch(algo, 1, Stragglers("none", 0, [0]))
+        gamma, alone = (Stragglers("gamma", 0, [0], delay_ms=1.0) for _ in range(2))
+        _timed_epoch(algo, 2, gamma)
+        for step in range(16, 24):  # what any algorithm's rank draws at steps 16..23
+            alone.before_step(step)
+    finally:
+        algo.close()
+        dist.destroy_process_group()
+    assert straggled >= 8 * 0.2, f"8 delayed batches took {straggled:.2f} s, expected >= 1.6 s"
+    assert plain < straggled and fixed.delayed_steps == 8  # the time is the straggler's
+    assert gamma.delayed_steps == 8  # one generator, advanced once per batch: the draws of a lone rank
+    assert gamma.times.rng.bit_generator.state == alone.times.rng.bit_generator.state
 
 
 @pytest.mark.parametrize("name, last_column", [("lap_sgd", "K"), ("lpp_sgd", "partial_share")])
