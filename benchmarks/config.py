@@ -198,9 +198,9 @@ def resolve(
         values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
-    _check_values(config)
     if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
         config.hparams["lr"] = config.hparams["lr"] * lr_scale(config.algorithm, config.world_size)
+    _check_values(config)  # after the scaling: min_lr is checked against the lr the run uses
     if check_data and task_obj.check_data is not None:
         root = config.settings["data_root"]
         try:
@@ -283,8 +283,10 @@ def _check_values(config: RunConfig) -> None:
         for key in ("sim_step_ms", "sim_bandwidth_gbs"):
             if s[key] <= 0:
                 raise ConfigError(f"--set {key}: must be positive, got {s[key]}")
-    if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= config.world_size:
-        raise ConfigError(f"--set straggler_ranks: must be in 1..{config.world_size}, got {s['straggler_ranks']}")
+    # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
+    workers = config.world_size - issubclass(algorithms.get(config.algorithm), ParameterServer)
+    if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= workers:
+        raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s['straggler_ranks']}")
     if s["straggler_delay_ms"] < 0:
         raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
     if s["checkpoint_every"] < 0:

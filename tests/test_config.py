@@ -192,3 +192,18 @@ def test_dana_local_matrix_gives_the_synchronous_reference_the_large_batch_lr(tm
         # the warm-up starts at 1 / N of the peak: the single-worker lr for allreduce, lr / N for the others
         start = cfg.hparams["lr"] * LRSchedule(cfg.hparams, 10, workers)(0)
         assert start == pytest.approx(0.02 if algorithm == "allreduce" else 0.02 / workers)
+
+
+def test_stragglers_are_counted_among_the_workers_not_the_master(tmp_path):
+    """A parameter server on 4 ranks has 3 workers: 3 stragglers is the most, 4 names the master too."""
+    config.resolve("dana_slim", "digits", 1, 4, 0, tmp_path, ["straggler=fixed", "straggler_ranks=3"])
+    with pytest.raises(config.ConfigError, match=r"1\.\.3 \(the workers\)"):
+        config.resolve("dana_slim", "digits", 1, 4, 0, tmp_path, ["straggler=fixed", "straggler_ranks=4"])
+    config.resolve("ddp", "digits", 1, 4, 0, tmp_path, ["straggler=fixed", "straggler_ranks=4"])
+
+
+def test_min_lr_is_checked_against_the_scaled_lr(tmp_path):
+    """lr 0.01 x 4 workers = 0.04: a plateau floor of 0.02 is below it, hence allowed."""
+    scaled = config.resolve("ddp", "digits", 1, 4, 0, tmp_path, ["lr=0.01", "scale_lr=true", "schedule=plateau",
+                                                                  "min_lr=0.02"])
+    assert scaled.hparams["lr"] == pytest.approx(0.04)
