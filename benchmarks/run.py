@@ -261,10 +261,13 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     def save_checkpoint(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> None:
         """All this rank needs to go on from ``batch`` batches into epoch ``state["epoch"]``."""
         nonlocal t0
+        # The algorithm's state first, on the clock: it may wait for communication in flight (SGP's
+        # messages; the gradient each parameter-server worker is computing, which the master takes).
+        algorithm_state = algo.state_dict()
         start = time.perf_counter()
         shard = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "schedule": schedule.state_dict(),
-                 "algorithm": algo.state_dict(), "runner": dict(state),
+                 "algorithm": algorithm_state, "runner": dict(state),
                  "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
         record = {"step": state["step"] + batch, "epoch": state["epoch"], "batch": batch,
                   "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
