@@ -243,6 +243,8 @@ class ParameterServer(Algorithm):
     def _work(self, epoch: Epoch) -> None:
         """A worker's loop (Alg. 1): wait for a vector and a batch, compute the gradient there, send it."""
         try:
+            if epoch.device.type == "cuda":  # the current device is per thread: this one's is the rank's
+                torch.cuda.set_device(epoch.device)
             loader, k = epoch.batches, self.point.numel()
             seed = getattr(loader.sampler, "seed", 0)
             reply, message = torch.empty(k + 2), torch.empty(self.message_size)
