@@ -2,12 +2,12 @@
 
 Each worker (rank) holds one model in shared memory. ``UpdaterPool`` starts U updater processes that
 train it lock-free, each with its own momentum buffers, from the batches the rank's main process
-(its feed thread, beside the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots,
-each after the batch's straggler delay. The updaters touch neither ``torch.distributed`` nor the
-stragglers. The rules follow spec lpp_sgd.md: equal-parameter-count contiguous blocks (3.2), the
-per-updater full/partial toggle after T_st (3.3), the averaging period (3.4), the learning rate
-(3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the gradient (3.7), and the
-averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
+(its feed thread, beside the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots
+on the model's device, each after the batch's straggler delay. The updaters touch neither
+``torch.distributed`` nor the stragglers. The rules follow spec lpp_sgd.md: equal-parameter-count
+contiguous blocks (3.2), the per-updater full/partial toggle after T_st (3.3), the averaging period
+(3.4), the learning rate (3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the
+gradient (3.7), and the averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
 """
 
 from __future__ import annotations
@@ -186,6 +186,14 @@ class UpdaterPool:
     (the rank's feed thread calls it, after the batch's straggler delay); the updaters count every
     update in ``counter`` (read&inc, after the gradient) and add their loss and update counts to
     ``stats`` (one row each: loss sum, updates applied, partial updates).
+
+    The slots live on the model's device, whatever device the runner's batches come from: ``put``
+    is where a batch moves to the GPU, once, in the rank's main process. That process allocates the
+    slots and so owns their memory, which it keeps until ``close`` has joined the updaters (CUDA IPC
+    needs the producer to outlive its consumers); each updater maps them once, at ``setup``, and
+    reads its batch in place. A slot changes hands only after a stream synchronisation of the
+    rank's device on each side: the copy is done when an updater gets the slot, and the updater's
+    backward has read the batch when it frees it.
     """
 
     def __init__(self, model: nn.Module, updaters: int, blocks: list[tuple[int, int]], optimizer_defaults: dict,
@@ -193,11 +201,13 @@ class UpdaterPool:
         # Fork where the model is on the CPU: the updaters start in milliseconds instead of importing
         # torch again (seconds each), and they never touch the parent's process group. CUDA cannot
         # be forked: spawn there, as the official code.
-        cuda = next(model.parameters()).is_cuda
+        self.device = next(model.parameters()).device
+        cuda = self.device.type == "cuda"
         ctx = mp.get_context("spawn" if cuda else "fork")
-        self.updaters, self.model = updaters, model.share_memory()
+        # Shared as ``_share_`` shares: CPU tensors in POSIX shared memory, CUDA ones through CUDA IPC.
+        self.updaters, self.model = updaters, model.share_memory() if self.device.type == "cpu" else model
         params = list(model.parameters())
-        self.bufs = [[torch.zeros_like(p).share_memory_() for p in params] for _ in range(updaters)]
+        self.bufs = [[_share_(torch.zeros_like(p)) for p in params] for _ in range(updaters)]
         self.started = torch.zeros(updaters, len(params), dtype=torch.bool).share_memory_()
         self.toggles = torch.zeros(updaters, 1, dtype=torch.int64).share_memory_()
         self.stats = torch.zeros(updaters, 3, dtype=torch.float64).share_memory_()
@@ -206,6 +216,9 @@ class UpdaterPool:
         self.setups = [ctx.Queue() for _ in range(updaters)]
         self.slots: list[torch.Tensor] | None = None
         self.template: object = None
+        # The feed's copies get a stream of their own: the rank's default stream also queues the
+        # averager's work, which waits there for each all-reduce, and a copy must not wait for one.
+        self.copy_stream = torch.cuda.Stream(self.device) if cuda else None
         settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
         self.procs = [ctx.Process(target=_run, daemon=True, name=f"updater-{u}", args=(
             u, self.model, blocks[u], self.bufs[u], self.started[u], self.toggles[u], settings, self.counter,
@@ -217,9 +230,10 @@ class UpdaterPool:
             _get(started, os.getpid(), alive=self.check)
 
     def setup(self, batch: object, loss_fn: Callable, schedule: Schedule, slots: int) -> None:
-        """Allocate ``slots`` shared slots shaped like ``batch`` and send each updater what it needs."""
+        """Allocate ``slots`` shared slots shaped like ``batch``, on the model's device (the runner's
+        batches are on the CPU), and send each updater what it needs."""
         self.template = batch
-        self.slots = [torch.empty((slots, *t.shape), dtype=t.dtype, device=t.device).share_memory_()
+        self.slots = [_share_(torch.empty((slots, *t.shape), dtype=t.dtype, device=self.device))
                       for t in batch_tensors(batch)]
         for s in range(slots):
             self.free.put(s)
@@ -227,7 +241,7 @@ class UpdaterPool:
             q.put((self.slots, batch, loss_fn, schedule))
 
     def put(self, batch: object, step: int) -> None:
-        """Copy ``batch`` into a slot for the updaters once one is free (raise if an updater died).
+        """Copy ``batch`` into a slot, on the model's device, once one is free (raise if an updater died).
 
         Called from the rank's feed thread, not from the thread that made the pool.
         """
@@ -237,10 +251,14 @@ class UpdaterPool:
                 break
             except queue.Empty:
                 self.check()
-        for shared, t in zip(self.slots, batch_tensors(batch)):
-            shared[slot].copy_(t)
-        if self.slots[0].is_cuda:  # the updater's stream must see the copy finished; name the slots'
-            torch.cuda.current_stream(self.slots[0].device).synchronize()  # device: a thread's may differ
+        if self.copy_stream is None:
+            for shared, t in zip(self.slots, batch_tensors(batch)):
+                shared[slot].copy_(t)
+        else:
+            with torch.cuda.stream(self.copy_stream):
+                for shared, t in zip(self.slots, batch_tensors(batch)):
+                    shared[slot].copy_(t, non_blocking=True)  # asynchronous from the loader's pinned memory
+            self.copy_stream.synchronize()  # the updater's stream must find the copy done
         self.ready.put((slot, step))
 
     def updates(self) -> int:
@@ -269,10 +287,20 @@ class UpdaterPool:
                 proc.join()
 
 
+def _share_(t: torch.Tensor) -> torch.Tensor:
+    """``t``, made visible to the updater processes: a CPU tensor moves to POSIX shared memory; a
+    CUDA tensor stays where it is (``share_memory_`` is a no-op there: it travels through CUDA IPC),
+    and so does a ``meta`` one (it has no memory to share)."""
+    return t.share_memory_() if t.device.type == "cpu" else t
+
+
 def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready, free, setup, up, threads, seed,
          parent) -> None:
     """An updater process: wait for the setup, then take batches until told to stop (``None``)."""
     try:
+        device = next(model.parameters()).device
+        if device.type == "cuda":  # a spawned process starts on GPU 0, whatever its rank's GPU
+            torch.cuda.set_device(device)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # a forked child has the runner's handlers
             signal.signal(sig, signal.SIG_DFL)
         torch.set_num_threads(threads)
@@ -284,8 +312,8 @@ def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready
             slot, step = item
             batch = _fill(template, [t[slot] for t in slots])
             loss, span, grads = updater.gradients(batch, loss_fn)
-            if grads[0].is_cuda:  # the slot's batch has been read once the kernels have run
-                torch.cuda.current_stream().synchronize()
+            if device.type == "cuda":  # the slot's batch has been read once backward's kernels have run
+                torch.cuda.current_stream(device).synchronize()
             free.put(slot)
             with counter.get_lock():  # read&inc after the gradient, as the official code
                 s = counter.value

@@ -131,7 +131,7 @@ class LAPSGD(Algorithm):
         target, shown = pool.updates() + n, start_applied
         device = next(self.model.parameters()).device
         self.stop_feed.clear()
-        feed = threading.Thread(target=self._feed, args=(batches, epoch.step, n, epoch.stragglers),
+        feed = threading.Thread(target=self._feed, args=(batches, epoch.step, n, epoch.stragglers, device),
                                 name="lap-feed", daemon=True)
         feed.start()
         try:
@@ -164,7 +164,8 @@ class LAPSGD(Algorithm):
         self.optimizer.param_groups[0]["lr"] = self.schedule.lr(self.step_count)  # the lr column
         return pool.stats[:, 0].sum().item() - start_loss, n
 
-    def _feed(self, batches: Iterator, first_step: int, n: int, stragglers: object) -> None:
+    def _feed(self, batches: Iterator, first_step: int, n: int, stragglers: object,
+              device: torch.device) -> None:
         """Hand the updaters batch ``step`` only after its straggler delay (a thread of the main process).
 
         The feed is the updaters' only source of batches, and the rank's one ``Stragglers`` draws
@@ -177,9 +178,13 @@ class LAPSGD(Algorithm):
         synchronous rank pays their sum. The feed is a thread, not a step of the averager's loop,
         so that the averager goes on meanwhile: a slow device slows the rank's gradients, not its
         averaging, and a sleeping averager would also stall the other ranks' averagers, which meet
-        it at every poll's all-reduce, and so their feeds.
+        it at every poll's all-reduce, and so their feeds. The feed draws the batches (a task's loader
+        may run the model, as the RL task's rollouts do) and copies them to the model's device, so it
+        makes the rank's device current first: the current device is per thread.
         """
         try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
             for step, batch in zip(range(first_step, first_step + n), batches):
                 if self.stop_feed.is_set():
                     return

@@ -1,6 +1,7 @@
 """LAP-SGD and LPP-SGD: the spec's block boundaries, partial steps, the lr rules, the averaging step,
-no deadlock across 200 averaging rounds with uneven ranks, a straggler's delays in series, the digits
-target end to end, and the paper matrix's dry run."""
+batches on the model's device and the feed thread's GPU, no deadlock across 200 averaging rounds with
+uneven ranks, a straggler's delays in series, the digits target end to end, and the paper matrix's
+dry run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +25,8 @@ import yaml
 from torch import nn
 
 import algorithms
-from algorithms.hogwild import (Updater, apply_average_, averaging_period, contiguous_blocks, lr_at, sgd_step_,
-                                warmed_up_lr)
+from algorithms.hogwild import (Schedule, Updater, UpdaterPool, _fill, apply_average_, averaging_period,
+                                contiguous_blocks, lr_at, sgd_step_, warmed_up_lr)
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
 from benchmarks import models
@@ -161,6 +163,54 @@ def test_the_averaging_step_keeps_what_updaters_wrote_after_the_snapshot():
     live[0][0] += 0.5  # an updater's write while the all-reduce ran
     apply_average_(live, snapshot, average)
     assert live[0].tolist() == [2.5, 2.0] and live[1].tolist() == [[5.0]]  # avg + what came after v
+
+
+class _DeviceChecked(nn.Module):
+    """A linear model that refuses an input on another device than its weights, as a CUDA kernel does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        device = self.linear.weight.device
+        assert x.device == device, f"input on {x.device}, model on {device}"
+        return self.linear(x)
+
+
+def test_the_updaters_get_each_batch_on_the_models_device():
+    """The runner's batches are on the CPU; the pool's slots hold them on the model's device, so an
+    updater's forward gets device input. ``meta`` stands in for CUDA: it checks devices and computes
+    nothing. The pool runs no updater process (U = 0): the test takes the batch as ``_run`` does."""
+    model = _DeviceChecked().to("meta")
+    pool = UpdaterPool(model, 0, [], {"momentum": 0.9, "nesterov": True, "weight_decay": 0.0}, 1, 0)
+    try:
+        batch = (torch.randn(5, 4), torch.randint(0, 3, (5,)))
+        pool.setup(batch, nn.functional.cross_entropy, Schedule(10, 2, 0.1, 0.2, 0, None), slots=2)
+        pool.put(batch, 0)
+        slot, step = pool.ready.get(timeout=10)
+        x, y = _fill(pool.template, [t[slot] for t in pool.slots])
+        assert model(x).shape == (5, 3) and y.device == torch.device("meta") and step == 0
+    finally:
+        pool.close()
+
+
+def test_the_feed_thread_makes_the_ranks_gpu_current_before_its_first_batch(monkeypatch):
+    """The current CUDA device is per thread: the feed (a thread of its own, which draws batches and
+    copies them to the GPU) must set the rank's device itself, first. No GPU here: ``set_device`` is
+    recorded, with the thread that called it, beside the pool's ``put``s."""
+    calls = []
+    here = threading.get_ident
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device, here())))
+    algo = LAPSGD(Topology(0, nodes=1, procs_per_node=1))
+    algo.pool = SimpleNamespace(put=lambda batch, step: calls.append(("put", step, here())))
+    batches = iter([(torch.zeros(2, 3), torch.zeros(2)) for _ in range(2)])
+    device = torch.device("cuda", 3)  # local rank 3's GPU
+    feed = threading.Thread(target=algo._feed, args=(batches, 10, 2, Stragglers("none", 0, [0]), device))
+    feed.start()
+    feed.join()
+    assert algo.feed_error is None
+    assert calls == [("set_device", device, feed.ident), ("put", 10, feed.ident), ("put", 11, feed.ident)]
 
 
 class _Uneven:

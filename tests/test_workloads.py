@@ -176,6 +176,38 @@ def test_navigation_rollouts_train_and_evaluate():
     assert math.isfinite(loss) and 0.0 <= score <= 1.0
 
 
+class _MetaPolicy(torch.nn.Module):
+    """A uniform policy that checks its input is on ``meta`` (a stand-in for CUDA: devices are checked,
+    nothing is computed) and answers on the CPU, where ``evaluate`` samples the action."""
+
+    def forward(self, x: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        view, goal = x
+        assert view.device == goal.device == torch.device("meta")
+        return torch.zeros(len(view), navigation.NUM_ACTIONS), torch.zeros(len(view))
+
+
+def test_navigation_evaluation_reduces_its_sums_on_the_evaluation_device(monkeypatch):
+    """NCCL reduces device tensors only: the sums ``evaluate`` all-reduces are built on its device.
+    The all-reduce is intercepted there (meta tensors hold no values to read back)."""
+
+    class Reduced(Exception):
+        pass
+
+    devices = []
+
+    def all_reduce(tensor, *args, **kwargs):
+        devices.append(tensor.device)
+        raise Reduced
+
+    monkeypatch.setattr(navigation.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(navigation.dist, "all_reduce", all_reduce)
+    _, val = navigation.make_datasets()
+    loader = [torch.tensor([val[0], val[1]])]  # one batch of two episode seeds (a DataLoader would ask dist)
+    with pytest.raises(Reduced):
+        navigation.evaluate(_MetaPolicy(), loader, torch.device("meta"))
+    assert devices == [torch.device("meta")]
+
+
 # ---- end to end --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("task", ["cityscapes_deeplabv3", "wmt17_transformer", "navigation_ddppo"])

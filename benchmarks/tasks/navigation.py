@@ -277,12 +277,12 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> tuple[
     Actions are sampled from the policy, as Habitat's evaluation does, with a generator seeded by
     the episode seed, so a score does not depend on how episodes are split over workers.
     """
-    sums = torch.zeros(3, dtype=torch.float64)  # SPL, return, episodes
+    score, returns, count = 0.0, 0.0, 0.0
     env = NavEpisode()
     for seeds in loader:
         for seed in torch.as_tensor(seeds).tolist():
             env.reset(seed)
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator().manual_seed(seed)  # a CPU generator: the policy is sampled there
             total, over, success = 0.0, False, False
             while not over:
                 view, goal = env.observe()
@@ -290,11 +290,15 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> tuple[
                 action = torch.multinomial(F.softmax(logits.float().cpu(), dim=1), 1, generator=generator).item()
                 reward, over, success = env.step(action)
                 total += reward
-            sums += torch.tensor([spl(success, env.shortest, env.cells_moved), total, 1.0], dtype=torch.float64)
+            score += spl(success, env.shortest, env.cells_moved)
+            returns += total
+            count += 1
+    # Built on the evaluation device: NCCL reduces device tensors only (float64, as the CPU sums were).
+    sums = torch.tensor([score, returns, count], dtype=torch.float64, device=device)
     if dist.is_initialized():
         dist.all_reduce(sums)
-    score, total, count = sums.tolist()
-    return -total / count, score / count
+    score, returns, count = sums.tolist()
+    return -returns / count, score / count
 
 
 TASK = Task(
