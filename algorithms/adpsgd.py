@@ -41,8 +41,11 @@ class ADPSGD(Algorithm):
     never writes the parameters, which autograd may be using); the thread exchanges the published
     model plus the deltas not yet applied (so two exchanges between steps do not count the same
     difference twice) and collects ``(theirs - mine) / 2``. Active workers start one exchange per
-    local step, in the background of the next one, over a process group of their own. Momentum
-    stays local; the evaluated model is the average of all workers.
+    local step, in the background of the next one, over a process group of their own. That group is
+    gloo's, whose point-to-point takes CPU tensors only: the thread sends and receives host copies and
+    computes on the model's device (it sets that device: the current device is per thread). Momentum
+    stays local; the evaluated model is the average of all workers. If the thread fails, the next
+    ``step()`` (or ``close()``) raises its error.
 
     Args:
         seed: seed of the neighbour choice (default 0; each rank draws its own stream).
@@ -73,6 +76,7 @@ class ADPSGD(Algorithm):
         self.wake = threading.Event()
         self.stopping = False
         self.exchanges = 0
+        self.error: BaseException | None = None  # the thread's failure, raised by the main thread
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         super().prepare(model, optimizer, plan)
@@ -80,12 +84,12 @@ class ADPSGD(Algorithm):
         self.published = flatten(self.params)
         self.pending = torch.zeros_like(self.published)
         self.group = dist.new_group(backend="gloo")  # the thread's own channel, beside the main one
-        self.thread = threading.Thread(target=self._active if self.active else self._passive,
-                                       name="adpsgd-gossip", daemon=True)
+        self.thread = threading.Thread(target=self._gossip, name="adpsgd-gossip", daemon=True)
         self.thread.start()
         return model
 
     def step(self) -> None:
+        self._check_thread()
         with self.lock:
             flat = flatten(self.params) + self.pending
             self.pending.zero_()
@@ -109,8 +113,25 @@ class ADPSGD(Algorithm):
             self.pending += pairwise_delta(snapshot, theirs)
             self.exchanges += 1
 
+    def _check_thread(self) -> None:
+        if self.error is not None:
+            raise RuntimeError("AD-PSGD's gossip thread failed") from self.error
+
+    def _gossip(self) -> None:
+        """The thread: serve or start exchanges; a failure is kept for the main thread to raise."""
+        try:
+            if self.published.device.type == "cuda":
+                torch.cuda.set_device(self.published.device)
+            (self._active if self.active else self._passive)()
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
+            self.error = error
+
+    def _message(self, snapshot: torch.Tensor) -> torch.Tensor:
+        """An exchange's message for gloo: the flag, then the model, on the host in the model's dtype."""
+        return torch.cat([snapshot.new_tensor([_EXCHANGE]), snapshot]).cpu()
+
     def _active(self) -> None:
-        buffer = torch.empty(self.published.numel() + 1)
+        buffer = torch.empty(self.published.numel() + 1, dtype=self.published.dtype)  # host, for gloo
         exchanged_after = 0  # the step count at the last exchange: one exchange per new step at most
         while True:
             self.wake.wait()
@@ -119,17 +140,17 @@ class ADPSGD(Algorithm):
                 exchanged_after = self.step_count
                 partner = self.rng.choice(self.neighbours)
                 snapshot = self._current()
-                dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=partner, group=self.group)
+                dist.send(self._message(snapshot), dst=partner, group=self.group)
                 dist.recv(buffer, src=partner, group=self.group)
-                self._collect(snapshot, buffer[1:])
+                self._collect(snapshot, buffer[1:].to(snapshot.device))
             if self.stopping:
                 break
-        done = torch.zeros(self.published.numel() + 1)  # first element _DONE
+        done = torch.zeros(self.published.numel() + 1, dtype=self.published.dtype)  # first element _DONE
         for partner in self.neighbours:
             dist.send(done, dst=partner, group=self.group)
 
     def _passive(self) -> None:
-        buffer = torch.empty(self.published.numel() + 1)
+        buffer = torch.empty(self.published.numel() + 1, dtype=self.published.dtype)  # host, for gloo
         done = 0
         while done < self.expected_done:
             source = dist.recv(buffer, group=self.group)  # whichever active neighbour comes first
@@ -137,14 +158,15 @@ class ADPSGD(Algorithm):
                 done += 1
                 continue
             snapshot = self._current()
-            dist.send(torch.cat([torch.tensor([_EXCHANGE]), snapshot]), dst=source, group=self.group)
-            self._collect(snapshot, buffer[1:])
+            dist.send(self._message(snapshot), dst=source, group=self.group)
+            self._collect(snapshot, buffer[1:].to(snapshot.device))
 
     def close(self) -> None:
         """Let the active threads finish their exchange and tell their neighbours; wait for all."""
         self.stopping = True
         self.wake.set()
         self.thread.join()
+        self._check_thread()
         with self.lock:
             unflatten_into(flatten(self.params) + self.pending, self.params)
             self.pending.zero_()

@@ -186,7 +186,10 @@ class DASO(Algorithm):
         node_groups = [dist.new_group(topo.node_ranks(n)) for n in range(topo.nodes)]
         self.cross_groups = [dist.new_group(topo.cross_node_ranks(k)) for k in range(g)]
         self.node_group = node_groups[topo.node]
-        device_ids = [next(model.parameters()).device.index] if torch.cuda.is_available() else None
+        # The model's device, not whether CUDA exists: DDP refuses device ids for a CPU model (gloo
+        # runs and the tests on a GPU machine).
+        device = next(model.parameters()).device
+        device_ids = [device.index] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, process_group=self.node_group)
         super().prepare(model, optimizer, plan)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -300,11 +303,14 @@ class DASO(Algorithm):
                 "last_epoch": dict(self.last_epoch)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore the schedule's position and the sums in flight, these onto the parameters' device
+        (a checkpoint is read onto the CPU; the merge adds them to the parameters)."""
         super().load_state_dict(state)
         self.B, self.S, self.epoch = int(state["B"]), int(state["S"]), int(state["epoch"])
         self.plateau.best, self.plateau.bad = state["plateau"]
         self.t, self.rot = int(state["t"]), int(state["rot"])
         self.pending = None if state["pending"] is None else Pending(*state["pending"])
-        self.in_flight = {int(t_send): ([], buffer) for t_send, buffer in state["in_flight"].items()}
+        device = self.params[0].device
+        self.in_flight = {int(t): ([], buffer.to(device)) for t, buffer in state["in_flight"].items()}
         self.syncs, self.sync_bytes = int(state["syncs"]), int(state["sync_bytes"])
         self.last_epoch = dict(state["last_epoch"])

@@ -23,6 +23,12 @@ def debias(x: torch.Tensor, w: float) -> torch.Tensor:
     return x / w
 
 
+def push_sum_pair(x: torch.Tensor, w: float) -> torch.Tensor:
+    """(x, w) as one vector, w last: one message instead of two. The weight is made on x's device and
+    in its dtype, the model's: ``torch.cat`` takes tensors of one device only (CUDA's with NCCL)."""
+    return torch.cat([x, x.new_tensor([w])])
+
+
 def numerator_step(z_before: torch.Tensor, z_after: torch.Tensor, w: float) -> torch.Tensor:
     """The numerator after the local step: x = w z_before plus the optimizer's update z_after - z_before.
 
@@ -99,7 +105,7 @@ class SGP(Algorithm):
 
     def _gossip(self, x: torch.Tensor, params: list[torch.Tensor]) -> None:
         kept, kept_w = push_sum_share(x, self.weight, self.num_peers)
-        message = torch.cat([kept, torch.tensor([kept_w], dtype=kept.dtype)])
+        message = push_sum_pair(kept, kept_w)
         out_peers, in_peers = exponential_peers(self.topology.rank, self.topology.world_size,
                                                 self.step_count, self.num_peers)
         buffers = [torch.empty_like(message) for _ in in_peers]
@@ -126,8 +132,7 @@ class SGP(Algorithm):
         if not self.in_flight:
             return
         params = [p.data for p in self.model.parameters()]
-        x = flatten(params) * self.weight
-        state = torch.cat([x, torch.tensor([self.weight], dtype=x.dtype)])
+        state = push_sum_pair(flatten(params) * self.weight, self.weight)
         while self.in_flight:
             state += self._consume()
         self._set(state, params)
@@ -136,8 +141,7 @@ class SGP(Algorithm):
         """The network average sum_i x_i / sum_i w_i (messages in flight are not counted)."""
         model = self.averaged_model()  # buffers (batch-norm statistics) averaged as for the others
         params = [p.data for p in self.model.parameters()]
-        x = flatten(params) * self.weight
-        total = torch.cat([x, torch.tensor([self.weight], dtype=x.dtype)])
+        total = push_sum_pair(flatten(params) * self.weight, self.weight)
         dist.all_reduce(total)
         with torch.no_grad():
             unflatten_into(debias(total[:-1], total[-1].item()), [p.data for p in model.parameters()])
@@ -159,6 +163,10 @@ class SGP(Algorithm):
         return {**super().state_dict(), "weight": self.weight, "in_flight": in_flight}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore w and the messages in flight, onto the parameters' device and dtype: a checkpoint is
+        read onto the CPU, and the messages are added to the model's numerator on its device."""
         super().load_state_dict(state)
         self.weight = float(state["weight"])
-        self.in_flight = deque((int(sent_at), [], list(buffers)) for sent_at, buffers in state["in_flight"])
+        like = next(self.model.parameters())
+        self.in_flight = deque((int(sent_at), [], [b.to(like.device, like.dtype) for b in buffers])
+                               for sent_at, buffers in state["in_flight"])

@@ -14,6 +14,9 @@ iteration, not a model from before it. How close to the paper: the schedule, the
 stale rule and the version check are the paper's; the activation is a flat broadcast from the
 activator (the paper forwards along a binomial tree), and progress is made by a thread polling gloo
 rather than by fflib's offloaded schedules: one thread receives activations, one runs the rounds.
+Gloo's point-to-point takes CPU tensors only, so with the model on a GPU the send buffer is a host
+copy, made by the main thread after each local step, and the main thread copies a round's sum back to
+the device: the threads never touch CUDA.
 ``mode="sync"`` runs the same group all-reduce from the main thread with fresh models only (the
 paper's beta switch), for comparison.
 """
@@ -118,8 +121,9 @@ class WAGMA(Algorithm):
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         super().prepare(model, optimizer, plan)
         self.params = [p.data for p in model.parameters()]
-        self.send_buf, self.send_iter = flatten(self.params), -1
-        if self.mode == "wait_avoiding" and self.topology.world_size > 1:
+        self.threaded = self.mode == "wait_avoiding" and self.topology.world_size > 1
+        self.send_buf, self.send_iter = self._for_send(flatten(self.params)), -1
+        if self.threaded:
             # Two channels of their own: activations (any source) and the rounds' data.
             self.act_group, self.group = dist.new_group(backend="gloo"), dist.new_group(backend="gloo")
             self.threads = [threading.Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
@@ -131,12 +135,13 @@ class WAGMA(Algorithm):
     def step(self) -> None:
         self.optimizer.step()  # W'_t = W_t + dW_t, then average (Algorithm 2's order)
         t, own = self.step_count, flatten(self.params)
+        start = self._timed_start()  # the host copy of the send buffer is communication
+        send_buf = self._for_send(own)
         with self.cond:
             # "The send buffer is updated by W'_t" at every iteration, global ones included (A9(a)).
             # Before the global all-reduce: a peer leaving it first may start round t + 1 at once,
             # and this rank's thread must then contribute W'_t, not a model from before the sync.
-            self.send_buf, self.send_iter = own, t
-        start = self._timed_start()
+            self.send_buf, self.send_iter = send_buf, t
         if self.is_global(t):
             flat_average_(self.params)
         elif self.topology.world_size > 1:
@@ -147,6 +152,12 @@ class WAGMA(Algorithm):
             unflatten_into(group_average(group_sum, own, self._size(t), fresh), self.params)
         self._timed_stop(start)
         self.step_count += 1
+
+    def _for_send(self, own: torch.Tensor) -> torch.Tensor:
+        """The send buffer: for the progress thread's gloo groups a host copy (a new tensor each step,
+        never written in place, as a round may be reading the previous one); ``own`` itself on the
+        CPU, and in sync mode, where the main thread's group all-reduce takes the model's device."""
+        return own.cpu() if self.threaded else own
 
     def _size(self, t: int) -> int:
         return 1 << len(wagma_phase_masks(self.topology.world_size, self.group_size, t, self.printed))
@@ -169,7 +180,8 @@ class WAGMA(Algorithm):
                 if self.error is not None:
                     raise RuntimeError("WAGMA's progress thread failed") from self.error
                 self.cond.wait(timeout=1.0)
-            return self.results.pop(t)
+            group_sum, contributed = self.results.pop(t)
+        return group_sum.to(own.device), contributed  # the thread's sum is on the host
 
     def _butterfly(self, version: int, buffer: torch.Tensor) -> torch.Tensor:
         """Recursive doubling inside the version's groups: after log2(S) phases, the group's sum."""
@@ -177,8 +189,10 @@ class WAGMA(Algorithm):
         group = self.group if self.mode == "wait_avoiding" else None
         for mask in wagma_phase_masks(self.topology.world_size, self.group_size, version, self.printed):
             peer, incoming = self.topology.rank ^ mask, torch.empty_like(acc)
-            works = [dist.isend(acc, dst=peer, group=group, tag=_DATA),
-                     dist.irecv(incoming, src=peer, group=group, tag=_DATA)]
+            # Both peers send first. Posted as one group (ncclGroupStart/End under NCCL): NCCL's send
+            # of a large message waits for the peer's receive, so two sends posted alone deadlock.
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, acc, peer, group, tag=_DATA),
+                                            dist.P2POp(dist.irecv, incoming, peer, group, tag=_DATA)])
             for work in works:
                 work.wait()
             acc = acc + incoming
@@ -273,8 +287,11 @@ class WAGMA(Algorithm):
                     "send_buf": self.send_buf.clone(), "send_iter": self.send_iter}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore the counters and the send buffer, onto the live buffer's device (a checkpoint is read
+        onto the CPU): the host for the progress thread, the model's device in sync mode."""
         super().load_state_dict(state)
         with self.cond:
             self.rounds, self.stale_rounds = int(state["rounds"]), int(state["stale_rounds"])
             self.next_version, self.started_version = int(state["next_version"]), int(state["started_version"])
-            self.send_buf, self.send_iter = state["send_buf"], int(state["send_iter"])
+            send_buf = state["send_buf"].to(self.send_buf.device, self.send_buf.dtype)
+            self.send_buf, self.send_iter = send_buf, int(state["send_iter"])
