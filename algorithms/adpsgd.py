@@ -84,11 +84,18 @@ class ADPSGD(Algorithm):
         self.published = flatten(self.params)
         self.pending = torch.zeros_like(self.published)
         self.group = dist.new_group(backend="gloo")  # the thread's own channel, beside the main one
-        self.thread = threading.Thread(target=self._gossip, name="adpsgd-gossip", daemon=True)
-        self.thread.start()
+        self.thread: threading.Thread | None = None  # started at the first step, after any resume
         return model
 
+    def _start(self) -> None:
+        """Start the gossip thread. Not in ``prepare()``: a resumed rank's thread would serve exchanges
+        with the model and deltas of before ``load_state_dict``, which then overwrote what they added."""
+        self.thread = threading.Thread(target=self._gossip, name="adpsgd-gossip", daemon=True)
+        self.thread.start()
+
     def step(self) -> None:
+        if self.thread is None:
+            self._start()
         self._check_thread()
         with self.lock:
             flat = flatten(self.params) + self.pending
@@ -164,6 +171,8 @@ class ADPSGD(Algorithm):
     def close(self) -> None:
         """Let the active threads finish their exchange and tell their neighbours; wait for all."""
         self.stopping = True
+        if self.thread is None:  # no step was run here: the thread still says DONE to its neighbours
+            self._start()
         self.wake.set()
         self.thread.join()
         self._check_thread()
