@@ -10,6 +10,16 @@ from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
 
+def device_ids(model: nn.Module) -> list[int] | None:
+    """DDP's ``device_ids``: the model's one GPU, or ``None`` for a CPU model.
+
+    Decided by where the model is, not by whether CUDA is present: ``--set device=cpu`` on a GPU
+    node builds a CPU model, for which DDP refuses any device id.
+    """
+    device = next(model.parameters()).device
+    return [device.index] if device.type == "cuda" else None
+
+
 class DDP(Algorithm):
     """PyTorch DistributedDataParallel: bucketed gradient all-reduce overlapped with backward.
 
@@ -44,10 +54,9 @@ class DDP(Algorithm):
         self.bucket_cap_mb = bucket_cap_mb
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        device_ids = [next(model.parameters()).device.index] if torch.cuda.is_available() else None
         self.ddp = DistributedDataParallel(
             model,
-            device_ids=device_ids,
+            device_ids=device_ids(model),
             bucket_cap_mb=self.bucket_cap_mb,
         )
         super().prepare(model, optimizer, plan)

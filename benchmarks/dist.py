@@ -44,26 +44,33 @@ class Launch:
     master_addr: str
     master_port: int
     slurm_job_id: str | None = None
+    # Where this process sits among the job's processes on its machine (the physical one, not a
+    # virtual node): it picks the GPU and the share of the CPUs. ``detect()`` fills both.
+    local_rank: int = 0
+    local_size: int = 1
 
 
-def detect() -> Launch | None:
-    """The launch this process belongs to, or ``None`` when it was started plainly."""
-    env = os.environ
+def detect(env: Mapping[str, str] | None = None) -> Launch | None:
+    """The launch this process belongs to (read from ``env``, default ``os.environ``), or ``None``
+    when it was started plainly."""
+    env = os.environ if env is None else env
     job = env.get("SLURM_JOB_ID")
     if "RANK" in env and "WORLD_SIZE" in env:  # torchrun, or this module's own local launcher
-        return Launch(int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("DPB_LAUNCHER", "torchrun"),
-                      env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), job)
+        rank, size, launcher = int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("DPB_LAUNCHER", "torchrun")
+        addr, port = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500))
+        return Launch(rank, size, launcher, addr, port, job, *local_position(launcher, rank, size, env))
     if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:  # horovodrun --gloo (its MPI mode is mpirun)
         rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
         addr, port = _horovodrun_rendezvous(rank)
-        return Launch(rank, size, "horovodrun", addr, port, job)
+        return Launch(rank, size, "horovodrun", addr, port, job,
+                      *local_position("horovodrun", rank, size, env))
     # MPI before Slurm: under mpirun inside an allocation the SLURM_* variables describe mpirun's
     # own daemons, not the ranks.
     for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
         if rank_key in env and size_key in env:
             rank, size = int(env[rank_key]), int(env[size_key])
             addr, port = _mpi_rendezvous(rank)
-            return Launch(rank, size, "mpirun", addr, port, job)
+            return Launch(rank, size, "mpirun", addr, port, job, *local_position("mpirun", rank, size, env))
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:  # inside an srun step
         rank, size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
         if env.get("MASTER_ADDR"):
@@ -73,8 +80,39 @@ def detect() -> Launch | None:
             addr = host + master_suffix(host, env)
         # One port per job step, so that two runs sharing a node do not collide.
         port = int(env.get("MASTER_PORT") or 20000 + (int(job or 0) * 16 + int(env["SLURM_STEP_ID"])) % 40000)
-        return Launch(rank, size, "srun", addr, port, job)
+        return Launch(rank, size, "srun", addr, port, job, *local_position("srun", rank, size, env))
     return None
+
+
+# Each launcher's variables for (index on this machine, processes on this machine), per physical node.
+_LOCAL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "torchrun": (("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",)),
+    "horovodrun": (("HOROVOD_LOCAL_RANK",), ("HOROVOD_LOCAL_SIZE",)),
+    "mpirun": (("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
+               ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")),
+    "srun": (("SLURM_LOCALID",),
+             ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")),
+}
+
+
+def local_position(launcher: str, rank: int, world_size: int, env: Mapping[str, str]) -> tuple[int, int]:
+    """``(index, count)`` of this process among the job's processes on its machine (pure).
+
+    The GPU is ``index % GPUs`` and the CPUs are shared among ``count`` processes. The local
+    launcher starts every rank on this one machine, whatever its virtual nodes, so the index is the
+    global rank (its ``LOCAL_RANK`` is the rank within a virtual node: by that, two virtual nodes
+    would share GPUs). The other launchers say it per physical node: torchrun's ``LOCAL_RANK``,
+    Slurm's ``SLURM_LOCALID``, Open MPI's, MPICH's and Horovod's local ranks. Slurm's task counts
+    may read ``4(x2)``: the first number counts (the suite places G tasks on every node). Where a
+    launcher says nothing, the global rank and the world size stand in (GPUs by ``rank % GPUs``,
+    right when ranks fill nodes in blocks of the GPU count).
+    """
+    index_keys, count_keys = _LOCAL_KEYS.get(launcher, ((), ()))
+    index = next((int(env[key]) for key in index_keys if key in env), None)
+    if index is None:  # the local launcher, or one that does not say
+        return rank, world_size
+    counts = (re.match(r"\d+", env[key]) for key in count_keys if key in env)
+    return index, next((int(count.group()) for count in counts if count), world_size)
 
 
 def master_suffix(host: str, env: Mapping[str, str]) -> str:
@@ -175,7 +213,8 @@ def init_process_group(launch: Launch, timeout_s: float, device: str) -> str:
 
 
 def pick_device(setting: str, local_rank: int) -> torch.device:
-    """``auto`` picks CUDA when present (one GPU per local rank), else the CPU."""
+    """``auto`` picks CUDA when present, else the CPU. ``local_rank`` is ``Launch.local_rank``, the
+    process's index on its machine: one GPU each while there are enough."""
     if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("--set device=cuda, but CUDA is not available here; use device=cpu")
@@ -270,10 +309,7 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     port = free_port()
     procs: list[subprocess.Popen] = []
     for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world),
-                   LOCAL_RANK=str(rank % procs_per_node), LOCAL_WORLD_SIZE=str(procs_per_node),
-                   GROUP_RANK=str(rank // procs_per_node), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), DPB_LAUNCHER="local", OMP_NUM_THREADS=str(threads))
+        env = dict(os.environ, **rank_environment(rank, nodes, procs_per_node, port, threads))
         procs.append(_ForkedRank(argv, env))
 
     stop = {"signal": None}
@@ -309,6 +345,14 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     if reason:
         return 1, reason
     return (EXIT_TIMEOUT if any(codes) else 0), None
+
+
+def rank_environment(rank: int, nodes: int, procs_per_node: int, port: int, threads: int) -> dict[str, str]:
+    """The variables the local launcher gives ``rank``: torchrun's, with the virtual node as the node."""
+    return dict(RANK=str(rank), WORLD_SIZE=str(nodes * procs_per_node),
+                LOCAL_RANK=str(rank % procs_per_node), LOCAL_WORLD_SIZE=str(procs_per_node),
+                GROUP_RANK=str(rank // procs_per_node), MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port), DPB_LAUNCHER="local", OMP_NUM_THREADS=str(threads))
 
 
 def _terminate(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:

@@ -3,7 +3,8 @@
 The suite's only training loop. Started plainly it checks the configuration, then starts the N×G
 ranks of a virtual cluster itself; under srun, torchrun or mpirun it joins that job. Rank 0 writes
 the run directory (see results/README.md). The clock follows MLPerf: it starts just before the first
-training batch is read and includes evaluation; each reading is the slowest rank's.
+training batch is read and includes evaluation; each reading is the slowest rank's, taken after a
+device synchronisation (``now``).
 
 Checkpoint and resume (``benchmarks/checkpoint.py``): every ``checkpoint_every`` epochs, and when
 SIGTERM or SIGUSR1 (Slurm's time-limit warning, ``scancel``) arrives, at a step all ranks agree on,
@@ -16,6 +17,7 @@ metrics.csv is appended to. Exit codes: 0 completed or diverged, 1 failed, 2 bad
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
 import math
 import os
@@ -153,9 +155,9 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     if master:
         out.mkdir(parents=True, exist_ok=True)
         _setup_logging(out / "log.txt")
-    threads = s["threads"] or default_threads(cfg.procs_per_node)
+    device = bootstrap.pick_device(s["device"], launch.local_rank)
+    threads = s["threads"] or default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
     torch.set_num_threads(threads)
-    device = bootstrap.pick_device(s["device"], topo.local_rank)
     backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device.type)
     # The runner's own resumable state (a checkpoint saves it whole): position and results so far.
     state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0, "best": -math.inf, "time_to_target_s": None,
@@ -178,11 +180,53 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     return bootstrap.EXIT_TIMEOUT if status == "timeout" else 0
 
 
-def default_threads(procs_per_node: int) -> int:
+def default_threads(procs_per_node: int, device: torch.device, task: tasks.Task) -> int:
     """Torch threads per rank: the CPUs this rank may use (srun's ``--cpus-per-task`` binds them),
-    or, where every rank sees the whole machine (the local launcher), an equal share of it."""
-    available, total = len(os.sched_getaffinity(0)), os.cpu_count() or 1
-    return max(1, available if available < total else total // procs_per_node)
+    or, where every rank sees the whole machine (the local launcher), an equal share of it. On a GPU
+    a task that decodes its items keeps one: the GPU computes, the rank's other CPUs decode
+    (``tasks.loader_workers``)."""
+    if device.type == "cuda" and task.decodes:
+        return 1
+    return tasks.cpu_share(procs_per_node)
+
+
+# The gloo side channel's timeout: it waits where ranks may drift minutes apart, at start-up (each
+# lists the dataset, ImageNet's 1.28 M files, from a shared file system) and while checkpoints are
+# written. A hang in training still fails within the default group's ``collective_timeout_s``.
+CONTROL_TIMEOUT_S = 3600.0
+
+
+def now(device: torch.device) -> float:
+    """The runner's clock (s), read once ``device`` has run the work queued on it: CUDA runs kernels
+    asynchronously, and a reading would otherwise leave out the work queued but not yet run."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def loss_accumulator(saved: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """The epoch's running loss sum on ``device``: zero, or a mid-epoch checkpoint's (loaded on the CPU)."""
+    return torch.zeros((), dtype=torch.float64, device=device) if saved is None else saved.to(device, torch.float64)
+
+
+class DeviceStragglers(Stragglers):
+    """``Stragglers`` whose delayed rank, on a GPU, lets its queued work run before it sleeps: a sleep
+    beside work the GPU had queued anyway would hide the delay. The others keep queueing ahead."""
+
+    def __init__(self, device: torch.device, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.device = device
+
+    def sleeps(self, step: int) -> bool:
+        """Whether ``before_step(step)`` sleeps on this rank (decided without drawing from the generator)."""
+        if self.rank not in self.workers or self.delay_s <= 0:
+            return False
+        return self.times is not None or self.rank in self.delayed(step)  # gamma: every worker, every step
+
+    def before_step(self, step: int) -> None:
+        if self.device.type == "cuda" and self.sleeps(step):
+            torch.cuda.synchronize(self.device)
+        super().before_step(step)
 
 
 def _setup_logging(path: Path) -> None:
@@ -196,18 +240,26 @@ def _setup_logging(path: Path) -> None:
 def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[str, dict[str, object]]:
     s, h = cfg.settings, cfg.hparams
     master, world = topo.rank == 0, topo.world_size
+    # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
+    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(
+        seconds=max(CONTROL_TIMEOUT_S, s["collective_timeout_s"])))
     task = tasks.get(cfg.task)
     root = Path(s["data_root"]) if s["data_root"] else None
     train_set, val_set = task.make_datasets(root)
     torch.manual_seed(cfg.seed)  # same initial model on every rank
     model = task.make_model().to(device)
+    # Every rank has its data and model before the first collective of the default group (the
+    # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
+    dist.barrier(group=control)
     algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
     replicas, shard = algo.data_shard()
     sampler = checkpoint.ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
                                           seed=cfg.seed, drop_last=True)
-    loader = task.train_loader(train_set, sampler, h["batch_size"], model, device)
+    decoders = tasks.loader_workers(task, threads, launch.local_size)  # DataLoader worker processes
+    loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, decoders)
     # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
-    val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256)
+    val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256,
+                            **tasks.loader_options(decoders, device))
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
@@ -222,7 +274,6 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     train_model = algo.prepare(model, optimizer, plan)
     torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
 
-    control = dist.new_group(backend="gloo")  # CPU side channel (also on NCCL jobs): stop flag, checkpoints
     stop.connect(control)
     resume = checkpoint.load(cfg.out, topo.rank, world)
     if resume is not None:  # after prepare(): each rank gets back its own model, not rank 0's broadcast
@@ -235,7 +286,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
         (cfg.out / "summary.json").unlink()
 
-    stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed)
+    stragglers = DeviceStragglers(device, s["straggler"], topo.rank, workers, s["straggler_ranks"],
+                                  s["straggler_delay_ms"], cfg.seed)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     run = _Recorder(cfg, algo, resume["record"] if resume else None) if master else None
@@ -256,7 +308,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         checkpoint.set_rng_state(resume["rng_epoch"])
     dist.barrier()
     # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
-    t0 = time.perf_counter() - (resume["record"]["wall_s"] if resume else 0.0)
+    t0 = now(device) - (resume["record"]["wall_s"] if resume else 0.0)
 
     def save_checkpoint(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> None:
         """All this rank needs to go on from ``batch`` batches into epoch ``state["epoch"]``."""
@@ -264,7 +316,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         # The algorithm's state first, on the clock: it may wait for communication in flight (SGP's
         # messages; the gradient each parameter-server worker is computing, which the master takes).
         algorithm_state = algo.state_dict()
-        start = time.perf_counter()
+        start = now(device)
         shard = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "schedule": schedule.state_dict(),
                  "algorithm": algorithm_state, "runner": dict(state),
@@ -272,10 +324,10 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         record = {"step": state["step"] + batch, "epoch": state["epoch"], "batch": batch,
                   "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
         checkpoint.save(cfg.out, topo.rank, world, shard, record, control)
-        t0 += time.perf_counter() - start  # saving is not training: the clock pauses
+        pause = now(device) - start
+        t0 += pause  # saving is not training: the clock pauses
         if master:
-            logger.info("checkpoint at epoch %d batch %d saved in %.3f s", state["epoch"], batch,
-                        time.perf_counter() - start)
+            logger.info("checkpoint at epoch %d batch %d saved in %.3f s", state["epoch"], batch, pause)
 
     status, steps = "completed", None
     for epoch in range(state["epoch"], h["epochs"]):
@@ -287,7 +339,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
                 epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=schedule,
                 step=state["step"], stragglers=stragglers, device=device, progress=bar.update))
         else:
-            loss_sum = resume["loss_sum"] if skip else torch.zeros((), dtype=torch.float64, device=device)
+            loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
             batches, stopping = skip, False
             sampler.skip = skip * h["batch_size"]
             epoch_batches = iter(loader)
@@ -326,7 +378,7 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
         if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
             spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
             val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
-            wall = _global_max(time.perf_counter() - t0)
+            wall = _global_max(now(device) - t0)
             comm = _global_mean(algo.comm_s)
             row = {"epoch": epoch + 1, "step": state["step"], "samples": state["samples"],
                    "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
@@ -359,8 +411,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if master:
         run.close()
     if status == "timeout":  # the clock so far; the others end at their last evaluation
-        return status, _fields(state, steps, _global_max(time.perf_counter() - t0))
-    return status, _fields(state, state["step"], state["row"].get("wall_s", _global_max(time.perf_counter() - t0)))
+        return status, _fields(state, steps, _global_max(now(device) - t0))
+    return status, _fields(state, state["step"], state["row"].get("wall_s", _global_max(now(device) - t0)))
 
 
 def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, object]:

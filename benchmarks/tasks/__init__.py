@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 REGISTRY: dict[str, str] = {
     "digits": "benchmarks.tasks.digits:TASK",
@@ -84,6 +87,9 @@ class Task:
         make_loader: ``(train_set, sampler, batch_size, model, device) -> batches`` with ``len()``
             equal on every rank; default a ``DataLoader``. Tasks whose data depends on the model (the
             RL task's rollouts) override it.
+        decodes: reading an item decodes or augments it (JPEG or PNG decoding, random crops and
+            flips): the loaders then get worker processes (``loader_workers``). False (default)
+            for data held in memory as tensors, which a worker would only copy.
     """
 
     name: str
@@ -100,6 +106,7 @@ class Task:
     )
     evaluate: Callable[[nn.Module, Iterable, torch.device], tuple[float, float]] | None = None
     make_loader: Callable[..., Iterable] | None = None
+    decodes: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hparams", {**HPARAM_DEFAULTS, **self.hparams})
@@ -124,12 +131,76 @@ class Task:
         return result
 
     def train_loader(self, train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module,
-                     device: torch.device) -> Iterable:
-        """This rank's training batches for one epoch (``sampler`` shards and shuffles)."""
+                     device: torch.device, workers: int = 0) -> Iterable:
+        """This rank's training batches for one epoch (``sampler`` shards and shuffles), read by
+        ``workers`` processes (``loader_workers``; 0: in this process)."""
         if self.make_loader is not None:
             return self.make_loader(train_set, sampler, batch_size, model, device)
-        return DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True,
-                          pin_memory=device.type == "cuda")
+        if workers == 0:
+            return DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True,
+                              **loader_options(0, device))
+        return _EpochLoader(_SeededItems(train_set, getattr(sampler, "seed", 0)), batch_size=batch_size,
+                            sampler=sampler, drop_last=True, **loader_options(workers, device))
+
+
+def cpu_share(ranks_here: int) -> int:
+    """The CPUs this rank may use: those it is bound to (srun's ``--cpus-per-task``), or, where every
+    rank sees the whole machine (the local launcher), an equal share among the ``ranks_here`` on it."""
+    available, total = len(os.sched_getaffinity(0)), os.cpu_count() or 1
+    return max(1, available if available < total else total // max(1, ranks_here))
+
+
+def loader_workers(task: Task, threads: int, ranks_here: int = 1) -> int:
+    """DataLoader worker processes for this rank: its CPUs (``cpu_share``) less its ``threads``
+    training threads, for a task that ``decodes`` its items; 0 for data in memory (digits, mnist1d).
+
+    Both the training and the validation loader get them; they persist from epoch to epoch, idle
+    while the other loader runs. On a 2-core machine this is 0 or 1.
+    """
+    return max(0, cpu_share(ranks_here) - threads) if task.decodes else 0
+
+
+def loader_options(workers: int, device: torch.device) -> dict[str, object]:
+    """DataLoader arguments for ``workers`` worker processes feeding ``device``."""
+    # Pinned host memory makes the copy to the GPU asynchronous (``to_device``'s non_blocking);
+    # on the CPU it would only cost a copy. Persistent workers are not forked again every epoch.
+    return {"num_workers": workers, "pin_memory": device.type == "cuda", "persistent_workers": workers > 0}
+
+
+class _SeededItems(Dataset):
+    """``dataset`` whose items, read in a DataLoader worker, draw from generators seeded per item.
+
+    Read in the training process, an item's random crop and flip draw from the rank's generator,
+    which a checkpoint saves and a resume restores. A worker process's generators are seeded once,
+    when it starts, and then follow whichever batches that worker was dealt: no checkpoint holds
+    them, and a resumed run's workers could not replay them. Seeded per item, the crops and flips of
+    a resumed epoch are the uninterrupted run's, whatever the number of workers.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int) -> None:
+        self.dataset, self.seed = dataset, seed
+        # Written by the training process at each epoch's start; shared with the (persistent) workers.
+        self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> object:
+        if get_worker_info() is not None:
+            entropy = np.random.SeedSequence([self.seed, int(self.epoch), index])  # (seed, epoch, index)
+            item_seed = int(entropy.generate_state(1, np.uint64)[0])
+            torch.default_generator.manual_seed(item_seed)  # the generators a DataLoader seeds in its workers
+            random.seed(item_seed)
+            np.random.seed(item_seed % 2**32)
+        return self.dataset[index]
+
+
+class _EpochLoader(DataLoader):
+    """A DataLoader over ``_SeededItems`` that tells the workers the sampler's epoch as each epoch starts."""
+
+    def __iter__(self):
+        self.dataset.epoch.fill_(getattr(self.sampler, "epoch", 0))
+        return super().__iter__()
 
 
 def to_device(batch: object, device: torch.device) -> object:

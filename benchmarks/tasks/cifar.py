@@ -153,6 +153,7 @@ def _task(
         hparams=recipe(),
         data_hint=_hint(dataset),
         check_data=functools.partial(check_cifar, name, dataset),
+        decodes=True,  # each image goes through PIL, a random crop and a flip: DataLoader workers
     )
 
 

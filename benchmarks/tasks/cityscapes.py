@@ -221,4 +221,5 @@ TASK = Task(
     check_data=check_data,
     loss=segmentation_loss,
     evaluate=evaluate,
+    decodes=True,  # PNG decoding, scaling and crops: DataLoader workers
 )

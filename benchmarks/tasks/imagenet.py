@@ -123,4 +123,5 @@ TASK = Task(
     },
     data_hint=_HINT,
     check_data=check_data,
+    decodes=True,  # JPEG decoding and random crops: DataLoader workers
 )
