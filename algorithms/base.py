@@ -209,14 +209,19 @@ class Algorithm(abc.ABC):
 
     def _timed_start(self) -> float:
         """Start a communication timer; on CUDA, first drain the stream so compute is not counted."""
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        self._sync_device()
         return time.perf_counter()
 
     def _timed_stop(self, start: float) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        self._sync_device()
         self.comm_s += time.perf_counter() - start
+
+    def _sync_device(self) -> None:
+        """Wait for the model's GPU, if it is on one (not merely where CUDA exists: a CPU run on a GPU
+        node must not open a CUDA context)."""
+        device = next(self.model.parameters()).device if self.model is not None else None
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
 
 
 def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
