@@ -41,7 +41,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.utils.data import DataLoader
 
 from algorithms import async_rules
-from algorithms.parameter_server import gradient_at
+from algorithms.parameter_server import collate, gradient_at
 from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.schedule import LRSchedule
@@ -202,12 +202,5 @@ def simulate(cfg: RunConfig) -> int:
 
 
 def _gradient(model, point, task, train_set, indices, weight_decay):
-    x, y = _batch(train_set, indices)
+    x, y = collate(train_set, indices)
     return gradient_at(model, point, task, x, y, weight_decay)
-
-
-def _batch(dataset, indices: torch.Tensor) -> tuple[object, object]:
-    if isinstance(dataset, torch.utils.data.TensorDataset):
-        return tuple(t[indices] for t in dataset.tensors)
-    items = [dataset[int(j)] for j in indices]
-    return tuple(torch.utils.data.default_collate(list(col)) for col in zip(*items))
