@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds Horovod 0.28.1 (PyTorch + Gloo + MPI) into a cached wheel and installs it into ./.venv.
+# Builds Horovod 0.28.1 (PyTorch + Gloo + MPI, + NCCL with a CUDA torch) into a cached wheel and installs it into ./.venv.
 #
 # Horovod's last release ships only an sdist, and its CMake forces -std=c++14 while torch 2.13's
 # headers need C++17; CXXFLAGS cannot fix that (CMake's flag comes last). A compiler wrapper that
@@ -14,12 +14,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VERSION=0.28.1
-PY=.venv/bin/python
-BIN=$(cd .venv/bin && pwd)
+VENV=${DPB_VENV:-.venv}  # envs/juwels.sh builds into its own venv
+PY=$VENV/bin/python
+BIN=$(cd "$VENV/bin" 2>/dev/null && pwd)
 export PATH="$BIN:$PATH"  # mpicxx/mpirun of PyPI's mpich, cmake if pip-installed
 
 if [ ! -x "$PY" ]; then
-  echo "horovod: no .venv here; run envs/install.sh first" >&2
+  echo "horovod: no $VENV here; run envs/install.sh first" >&2
   exit 0
 fi
 if "$PY" -c "import horovod.torch" >/dev/null 2>&1; then
@@ -71,8 +72,13 @@ build() {
   fi
   printf '#!/bin/sh\nexec %s "$@" -std=c++17\n' "${HOROVOD_BASE_CXX:-g++}" >"$tmp/cxx17"
   chmod +x "$tmp/cxx17"
-  echo "building horovod $VERSION with CXX=$tmp/cxx17 ($("${HOROVOD_BASE_CXX:-g++}" --version | head -n 1))"
-  CXX="$tmp/cxx17" MAKEFLAGS="-j$(nproc)" \
+  # With a CUDA build of torch (a GPU cluster), the GPU tensors' all-reduce goes through NCCL, as on
+  # the DASO papers' JUWELS runs; without it Horovod would stage every GPU tensor through the host.
+  gpu_ops=$("$PY" -c 'import torch; print("NCCL" if torch.version.cuda else "")')
+  echo "building horovod $VERSION with CXX=$tmp/cxx17 ($("${HOROVOD_BASE_CXX:-g++}" --version | head -n 1))${gpu_ops:+, GPU operations $gpu_ops}"
+  # NCCL's location: JSC's NCCL module sets EBROOTNCCL (an assumption about the module, not tried here).
+  nccl_home=${HOROVOD_NCCL_HOME:-${EBROOTNCCL:-}}
+  env ${gpu_ops:+HOROVOD_GPU_OPERATIONS=$gpu_ops} ${nccl_home:+HOROVOD_NCCL_HOME=$nccl_home} CXX="$tmp/cxx17" MAKEFLAGS="-j$(nproc)" \
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
     "$PY" -m pip wheel --no-deps --no-build-isolation --no-cache-dir "horovod==$VERSION" -w "$tmp/out" \

@@ -60,6 +60,9 @@ _dpb_juwels() {
     fi
     # mpi4py compiled with the module's mpicc, so that srun'd ranks and MPI agree.
     MPICC="$(command -v mpicc)" "$DPB_VENV/bin/python" -m pip install --quiet --no-binary mpi4py mpi4py || return 1
+    # Horovod (the DASO papers' baseline) against this torch and the module's MPI, with NCCL
+    # operations for the GPU tensors; a failed build says so in one line and the rest works.
+    DPB_VENV="$DPB_VENV" bash envs/build_horovod.sh
   fi
   # shellcheck disable=SC1091
   source "$DPB_VENV/bin/activate"
