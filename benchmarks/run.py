@@ -209,26 +209,6 @@ def loss_accumulator(saved: torch.Tensor | None, device: torch.device) -> torch.
     return torch.zeros((), dtype=torch.float64, device=device) if saved is None else saved.to(device, torch.float64)
 
 
-class DeviceStragglers(Stragglers):
-    """``Stragglers`` whose delayed rank, on a GPU, lets its queued work run before it sleeps: a sleep
-    beside work the GPU had queued anyway would hide the delay. The others keep queueing ahead."""
-
-    def __init__(self, device: torch.device, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
-        self.device = device
-
-    def sleeps(self, step: int) -> bool:
-        """Whether ``before_step(step)`` sleeps on this rank (decided without drawing from the generator)."""
-        if self.rank not in self.workers or self.delay_s <= 0:
-            return False
-        return self.times is not None or self.rank in self.delayed(step)  # gamma: every worker, every step
-
-    def before_step(self, step: int) -> None:
-        if self.device.type == "cuda" and self.sleeps(step):
-            torch.cuda.synchronize(self.device)
-        super().before_step(step)
-
-
 def _setup_logging(path: Path) -> None:
     fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
     for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
@@ -286,8 +266,8 @@ def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[st
     if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
         (cfg.out / "summary.json").unlink()
 
-    stragglers = DeviceStragglers(device, s["straggler"], topo.rank, workers, s["straggler_ranks"],
-                                  s["straggler_delay_ms"], cfg.seed)
+    stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"],
+                            cfg.seed, device)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     run = _Recorder(cfg, algo, resume["record"] if resume else None) if master else None

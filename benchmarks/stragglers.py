@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 KINDS = ("none", "fixed", "gamma", "gamma_het")
 TASK_CV = 0.1  # V_task: per-batch variation on one machine (both environments)
@@ -77,10 +78,12 @@ class Stragglers:
         ranks: delayed workers per step (``fixed``).
         delay_ms: the delay of each delayed worker (``fixed``) or the mean delay (``gamma*``), in ms.
         seed: the run's seed.
+        device: the rank's device. On a GPU a delayed rank first lets its queued work finish: a
+            sleep beside work the GPU had queued anyway would hide the delay.
     """
 
     def __init__(self, kind: str, rank: int, workers: Sequence[int], ranks: int = 1, delay_ms: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, device: torch.device | None = None) -> None:
         workers = list(workers)
         if kind not in KINDS:
             raise ValueError(f"Arg ``straggler`` must be one of {KINDS}, got {kind!r}.")
@@ -90,6 +93,7 @@ class Stragglers:
             raise ValueError(f"Arg ``straggler_delay_ms`` must be >= 0, got {delay_ms}.")
         self.kind, self.rank, self.workers = kind, rank, workers
         self.ranks, self.delay_s, self.seed = ranks, delay_ms / 1000.0, seed
+        self.device = device
         self.delayed_steps = 0
         # gamma: one generator for the whole job (so the heterogeneous means are drawn once, alike on
         # every rank); each worker advances it identically and reads its own column.
@@ -106,8 +110,12 @@ class Stragglers:
             return
         if self.times is not None:
             delays = [self.times.draw(w) for w in range(len(self.workers))]
-            self.delayed_steps += 1
-            time.sleep(delays[self.workers.index(self.rank)])
+            self._sleep(delays[self.workers.index(self.rank)])
         elif self.kind == "fixed" and self.rank in self.delayed(step):
-            self.delayed_steps += 1
-            time.sleep(self.delay_s)
+            self._sleep(self.delay_s)
+
+    def _sleep(self, seconds: float) -> None:
+        self.delayed_steps += 1
+        if seconds > 0 and self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        time.sleep(seconds)

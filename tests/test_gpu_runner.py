@@ -18,6 +18,7 @@ from algorithms.base import Plan
 from algorithms.topology import Topology
 from benchmarks import checkpoint, run, tasks
 from benchmarks import dist as bootstrap
+from benchmarks.stragglers import Stragglers
 
 
 @pytest.fixture
@@ -155,7 +156,7 @@ def test_a_delayed_rank_waits_for_its_gpu_work_before_it_sleeps(monkeypatch, kin
     events = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device: events.append(("sync", device.index)))
     monkeypatch.setattr("benchmarks.stragglers.time", SimpleNamespace(sleep=lambda s: events.append(("sleep",))))
-    stragglers = run.DeviceStragglers(torch.device("cuda", 0), kind, 0, [0, 1, 2, 3], 1, 5.0, 3)
+    stragglers = Stragglers(kind, 0, [0, 1, 2, 3], 1, 5.0, 3, torch.device("cuda", 0))
     delayed = [step for step in range(20) if kind == "gamma" or 0 in stragglers.delayed(step)]
     if kind == "fixed":  # 1 of the 4 workers per step: this rank on some steps only
         assert 0 < len(delayed) < 20
@@ -163,7 +164,7 @@ def test_a_delayed_rank_waits_for_its_gpu_work_before_it_sleeps(monkeypatch, kin
         stragglers.before_step(step)
     assert events == [("sync", 0), ("sleep",)] * len(delayed)  # each sleep after a sync, no sync without one
     events.clear()
-    on_cpu = run.DeviceStragglers(torch.device("cpu"), kind, 0, [0, 1, 2, 3], 1, 5.0, 3)
+    on_cpu = Stragglers(kind, 0, [0, 1, 2, 3], 1, 5.0, 3, torch.device("cpu"))
     for step in range(20):
         on_cpu.before_step(step)
     assert ("sync", 0) not in events and len(events) == len(delayed)
