@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import accelerator
 from algorithms.base import Algorithm, Plan
 from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, bipartite_neighbours
@@ -127,8 +128,7 @@ class ADPSGD(Algorithm):
     def _gossip(self) -> None:
         """The thread: serve or start exchanges; a failure is kept for the main thread to raise."""
         try:
-            if self.published.device.type == "cuda":
-                torch.cuda.set_device(self.published.device)
+            accelerator.set_device(self.published.device)
             (self._active if self.active else self._passive)()
         except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
             self.error = error

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import accelerator
 from algorithms.comm import broadcast_, flat_average_
 from algorithms.topology import Topology
 
@@ -220,8 +221,7 @@ class Algorithm(abc.ABC):
         """Wait for the model's GPU, if it is on one (not merely where CUDA exists: a CPU run on a GPU
         node must not open a CUDA context)."""
         device = next(self.model.parameters()).device if self.model is not None else None
-        if device is not None and device.type == "cuda":
-            torch.cuda.synchronize(device)
+        accelerator.synchronize(device)
 
 
 def _state_tensors(model: nn.Module) -> list[torch.Tensor]:

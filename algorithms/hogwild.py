@@ -25,6 +25,8 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from algorithms import accelerator
+
 
 def contiguous_blocks(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]:
     """Split a list of tensors (their ``numel``) into ``parts`` contiguous ``[start, stop)`` ranges.
@@ -203,7 +205,7 @@ class UpdaterPool:
         # be forked: spawn there, as the official code.
         self.device = next(model.parameters()).device
         cuda = self.device.type == "cuda"
-        ctx = mp.get_context("spawn" if cuda else "fork")
+        ctx = mp.get_context("spawn" if accelerator.is_accelerator(self.device) else "fork")
         # Shared as ``_share_`` shares: CPU tensors in POSIX shared memory, CUDA ones through CUDA IPC.
         self.updaters, self.model = updaters, model.share_memory() if self.device.type == "cpu" else model
         params = list(model.parameters())
@@ -299,8 +301,7 @@ def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready
     """An updater process: wait for the setup, then take batches until told to stop (``None``)."""
     try:
         device = next(model.parameters()).device
-        if device.type == "cuda":  # a spawned process starts on GPU 0, whatever its rank's GPU
-            torch.cuda.set_device(device)
+        accelerator.set_device(device)  # a spawned process starts on GPU 0, whatever its rank's GPU
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # a forked child has the runner's handlers
             signal.signal(sig, signal.SIG_DFL)
         torch.set_num_threads(threads)
@@ -312,8 +313,7 @@ def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready
             slot, step = item
             batch = _fill(template, [t[slot] for t in slots])
             loss, span, grads = updater.gradients(batch, loss_fn)
-            if device.type == "cuda":  # the slot's batch has been read once backward's kernels have run
-                torch.cuda.current_stream(device).synchronize()
+            accelerator.synchronize(device)  # the slot's batch has been read once backward's kernels have run
             free.put(slot)
             with counter.get_lock():  # read&inc after the gradient, as the official code
                 s = counter.value

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import accelerator
 from algorithms.base import Algorithm, Epoch, Plan
 from algorithms.comm import flatten
 from algorithms.hogwild import (Schedule, UpdaterPool, batch_tensors, apply_average_, averaging_period,
@@ -183,8 +184,7 @@ class LAPSGD(Algorithm):
         makes the rank's device current first: the current device is per thread.
         """
         try:
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
+            accelerator.set_device(device)
             for step, batch in zip(range(first_step, first_step + n), batches):
                 if self.stop_feed.is_set():
                     return

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from algorithms import accelerator
 from algorithms import async_rules
 from algorithms.base import Algorithm, Epoch, Plan
 from algorithms.topology import Topology
@@ -243,8 +244,7 @@ class ParameterServer(Algorithm):
     def _work(self, epoch: Epoch) -> None:
         """A worker's loop (Alg. 1): wait for a vector and a batch, compute the gradient there, send it."""
         try:
-            if epoch.device.type == "cuda":  # the current device is per thread: this one's is the rank's
-                torch.cuda.set_device(epoch.device)
+            accelerator.set_device(epoch.device)  # the current device is per thread: this one's is the rank's
             loader, k = epoch.batches, self.point.numel()
             seed = getattr(loader.sampler, "seed", 0)
             reply, message = torch.empty(k + 2), torch.empty(self.message_size)

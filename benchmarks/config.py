@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 import algorithms
+from algorithms import accelerator
 from algorithms.parameter_server import ParameterServer
 from benchmarks import tasks
 from benchmarks.schedule import SCHEDULES
@@ -264,8 +265,9 @@ def _check_values(config: RunConfig) -> None:
     if h["schedule"] == "inverse_sqrt" and h["warmup_epochs"] < 1:
         raise ConfigError("--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; "
                           "give it at least 1 epoch")
-    if s["device"] not in ("auto", "cpu", "cuda"):
-        raise ConfigError(f"--set device: must be auto, cpu or cuda, got {s['device']!r}")
+    devices = ("auto", "cpu", "cuda", *accelerator.registered())
+    if s["device"] not in devices:
+        raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):
         raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
     if s["straggler"] not in ("none", "fixed", "gamma", "gamma_het"):

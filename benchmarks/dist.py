@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from algorithms import accelerator
+
 logger = logging.getLogger(__name__)
 
 
@@ -196,9 +198,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(launch: Launch, timeout_s: float, device: str) -> str:
-    """Initialise ``torch.distributed``; returns the backend name."""
-    backend = "nccl" if device == "cuda" else "gloo"
+def init_process_group(launch: Launch, timeout_s: float, device: torch.device) -> str:
+    """Initialise ``torch.distributed`` with the device's backend (NCCL on CUDA, gloo on the CPU);
+    returns the backend name."""
+    backend = dist.get_default_backend_for_device(device) if accelerator.is_accelerator(device) else "gloo"
     # Exported as torchrun does, for libraries with a rendezvous of their own (Horovod under srun).
     os.environ.setdefault("MASTER_ADDR", launch.master_addr)
     os.environ.setdefault("MASTER_PORT", str(launch.master_port))
@@ -213,14 +216,28 @@ def init_process_group(launch: Launch, timeout_s: float, device: str) -> str:
 
 
 def pick_device(setting: str, local_rank: int) -> torch.device:
-    """``auto`` picks CUDA when present, else the CPU. ``local_rank`` is ``Launch.local_rank``, the
-    process's index on its machine: one GPU each while there are enough."""
-    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise RuntimeError("--set device=cuda, but CUDA is not available here; use device=cpu")
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """``auto`` picks CUDA when present, else the CPU; ``cuda`` (or another accelerator's name) asks
+    for it. ``local_rank`` is ``Launch.local_rank``, the process's index on its machine: one GPU each
+    while there are enough."""
+    kind = "cuda" if setting == "auto" and torch.cuda.is_available() else setting
+    if kind in ("auto", "cpu"):
+        return torch.device("cpu")
+    module = torch.get_device_module(kind)
+    if not module.is_available():
+        raise RuntimeError(f"--set device={kind}, but {kind} is not available here; use device=cpu")
+    device = torch.device(kind, local_rank % module.device_count())
+    accelerator.set_device(device)
+    return device
+
+
+def group_device() -> torch.device | None:
+    """Where the job's default group takes its tensors: the rank's current accelerator under NCCL (or
+    another device's backend), None (the CPU) under gloo."""
+    backend = dist.get_backend()
+    if backend == "gloo":
+        return None
+    kinds = [k for k, b in dist.Backend.default_device_backend_map.items() if b == backend]
+    return torch.device(kinds[0], torch.get_device_module(kinds[0]).current_device())
 
 
 class _ForkedRank:
@@ -253,9 +270,7 @@ class _ForkedRank:
 
                 traceback.print_exc()
             finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+                exit_process(code)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -281,6 +296,20 @@ class _ForkedRank:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def exit_process(code: int) -> None:
+    """End this process with ``code`` once its work is done, without the interpreter's teardown.
+
+    A rank's work ends when ``run.main`` returns: summary written, process group destroyed, wandb
+    finished. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
+    engine, destroyed in no fixed order) has aborted finished runs now and then ("terminate called
+    without an active exception", signal 6), which srun and Snakemake take for a failed run.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _die_with_parent() -> None:

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Subset
 
 import algorithms
+from algorithms import accelerator
 from algorithms.topology import Topology
 from benchmarks import checkpoint, rundir, tasks
 from benchmarks import config as config_mod
@@ -158,7 +159,7 @@ def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
     device = bootstrap.pick_device(s["device"], launch.local_rank)
     threads = s["threads"] or default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
     torch.set_num_threads(threads)
-    backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device.type)
+    backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device)
     # The runner's own resumable state (a checkpoint saves it whole): position and results so far.
     state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0, "best": -math.inf, "time_to_target_s": None,
              "epochs_to_target": None, "row": {}}
@@ -185,7 +186,7 @@ def default_threads(procs_per_node: int, device: torch.device, task: tasks.Task)
     or, where every rank sees the whole machine (the local launcher), an equal share of it. On a GPU
     a task that decodes its items keeps one: the GPU computes, the rank's other CPUs decode
     (``tasks.loader_workers``)."""
-    if device.type == "cuda" and task.decodes:
+    if accelerator.is_accelerator(device) and task.decodes:
         return 1
     return tasks.cpu_share(procs_per_node)
 
@@ -200,8 +201,7 @@ STARTUP_TIMEOUT_S = 3600.0
 def now(device: torch.device) -> float:
     """The runner's clock (s), read once ``device`` has run the work queued on it: CUDA runs kernels
     asynchronously, and a reading would otherwise leave out the work queued but not yet run."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    accelerator.synchronize(device)
     return time.perf_counter()
 
 
@@ -409,9 +409,9 @@ def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, obje
 
 
 def _reduced(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
-    """All-reduce a few numbers over the job; on the GPU under NCCL, which has no CPU tensors."""
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+    """All-reduce a few numbers over the job; on the rank's device where the job's group is the
+    device's (NCCL takes no CPU tensors)."""
+    t = torch.tensor(values, dtype=torch.float64, device=bootstrap.group_device())
     dist.all_reduce(t, op=op)
     return t.cpu()
 
@@ -477,4 +477,4 @@ def _init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    bootstrap.exit_process(main())

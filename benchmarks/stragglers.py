@@ -23,6 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from algorithms import accelerator
+
 KINDS = ("none", "fixed", "gamma", "gamma_het")
 TASK_CV = 0.1  # V_task: per-batch variation on one machine (both environments)
 MACHINE_CV = {"gamma": 0.1, "gamma_het": 0.6}  # V_mach: homogeneous, heterogeneous
@@ -116,6 +118,6 @@ class Stragglers:
 
     def _sleep(self, seconds: float) -> None:
         self.delayed_steps += 1
-        if seconds > 0 and self.device is not None and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if seconds > 0:
+            accelerator.synchronize(self.device)
         time.sleep(seconds)

@@ -27,7 +27,7 @@ def gpus(monkeypatch):
     chosen: list[int] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(d if isinstance(d, int) else d.index))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: chosen[-1])
     return chosen
 

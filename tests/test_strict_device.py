@@ -1,0 +1,138 @@
+"""The GPU paths on a CPU: every algorithm trains and resumes on the strict device (tests/strict_device.py).
+
+The strict device keeps CUDA's and NCCL's rules: a host tensor beside a device tensor fails, the
+device's process groups take device tensors only and refuse any-source receives and calls from a
+second thread, gloo refuses device tensors. The first tests check the stand-in itself (a stand-in
+that accepted everything would make the runs below pass for nothing); then each registered
+algorithm runs 2 steps per epoch on 2 ranks, is stopped by SIGTERM after its first epoch and
+resumed to the end, all on the strict device.
+
+Horovod is left out: its device path is Horovod's C++ (its own NCCL operations), which refuses a
+device it was not built for; it runs on the cluster only.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import algorithms
+from tests import strict_device
+from tests.distributed import run_on
+from tests.strict_device import MixedDevices
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE = strict_device.DEVICE
+
+
+# ---- the stand-in keeps the rules ----------------------------------------------------------------------
+
+def test_a_host_tensor_beside_a_device_tensor_fails_as_on_cuda():
+    on_device = torch.ones(3, device=DEVICE)
+    with pytest.raises(MixedDevices):
+        on_device + torch.ones(3)
+    with pytest.raises(MixedDevices):
+        torch.cat([on_device, torch.tensor([1.0])])
+    # what CUDA allows: 0-dim host tensors as scalars, copies both ways, reading a value
+    assert torch.equal((on_device * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+    assert torch.equal(torch.zeros(3).to(DEVICE).add_(on_device).cpu(), torch.ones(3))
+    assert on_device.sum().item() == 3.0 and on_device.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_model_trains_on_the_device_and_its_checkpoint_loads_there(tmp_path):
+    from benchmarks.tasks import digits
+
+    torch.manual_seed(0)
+    model = digits.make_model().to(DEVICE)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    with pytest.raises(MixedDevices):
+        model(x)  # a batch left on the host
+    loss = torch.nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE))
+    loss.backward()
+    assert all(p.grad.device == DEVICE for p in model.parameters())
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert all(t.device == DEVICE for t in loaded.values())
+
+
+def test_the_devices_process_groups_keep_nccls_rules(tmp_path):
+    run_on(2, _on_strict_group)
+
+
+def _on_strict_group(rank: int, world: int) -> None:
+    group = dist.new_group(backend=strict_device.NAME)
+    with pytest.raises(MixedDevices, match="NCCL takes device tensors only"):
+        dist.all_reduce(torch.ones(2), group=group)
+    t = torch.full((2,), float(rank + 1), device=DEVICE)
+    dist.all_reduce(t, group=group)
+    assert t.tolist() == [3.0, 3.0]
+    with pytest.raises(MixedDevices, match="any source"):
+        group.recv_anysource([torch.empty(2, device=DEVICE)], 0)
+    failures = []
+
+    def second_thread():
+        try:
+            dist.all_reduce(torch.ones(2, device=DEVICE), group=group)
+        except MixedDevices as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=second_thread)
+    thread.start()
+    thread.join()
+    assert failures and "second thread" in str(failures[0])
+    with pytest.raises(MixedDevices, match="gloo"):
+        dist.all_reduce(torch.ones(2, device=DEVICE))  # run_on's default group is gloo
+    dist.barrier(group=group)
+
+
+# ---- every algorithm: 2 steps an epoch, stopped after the first epoch, resumed -------------------------
+
+ALGORITHMS = [name for name in algorithms.names() if name != "horovod"]
+KNOBS = {"lpp_sgd": ["--set", "updaters=2"], "lap_sgd": ["--set", "updaters=2"]}
+# 1,438 digits / (2 ranks x 300) = 2 steps an epoch; the fixed straggler (one rank sleeps 0.4 s a
+# step) leaves the SIGTERM, sent when the first epoch's row is written, time to land in the second.
+COMMON = ["--task", "digits", "--nodes", "2", "--procs-per-node", "1", "--seed", "0", "--set", "device=strict",
+          "--set", "wandb=false", "--set", "threads=1", "--set", "epochs=3", "--set", "batch_size=300",
+          "--set", "straggler=fixed", "--set", "straggler_delay_ms=400"]
+
+
+def _command(name: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "tests.strict_run", "--algorithm", name, *COMMON, *KNOBS.get(name, []),
+            "--out", str(out)]
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, name):
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(_command(name, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 2):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no first epoch (exit {launcher.poll()}):\n{launcher.communicate()[0][-3000:]}")
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 75, output[-3000:]
+    stopped = json.loads((out / "summary.json").read_text())
+    assert stopped["status"] == "timeout" and stopped["steps"] >= 2, stopped
+
+    resumed = subprocess.run(_command(name, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    log = (out / "log.txt").read_text()
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:] + log[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 3 and summary["steps"] > stopped["steps"]
+    assert "resumed at epoch" in log and "(strict, local)" in log
