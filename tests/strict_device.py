@@ -91,7 +91,12 @@ def _host(device) -> bool:
     return device is not None and torch.device(device).type == "cpu"
 
 
-def _rebuild(inner: torch.Tensor) -> DeviceTensor:
+def _rebuild(inner: torch.Tensor) -> torch.Tensor:
+    """A saved device tensor loads onto the device, or onto the host under ``map_location="cpu"``,
+    as a saved CUDA tensor does (the suite's checkpoints are read onto the host)."""
+    where = torch.serialization._serialization_tls.map_location
+    if isinstance(where, (str, torch.device)) and torch.device(where).type == "cpu":
+        return inner
     return DeviceTensor(inner)
 
 

@@ -74,7 +74,7 @@ def _worker(out: str) -> None:
     launch = bootstrap.detect()
     assert launch is not None, "started without a launcher"
     torch.set_num_threads(1)
-    bootstrap.init_process_group(launch, timeout_s=60, device="cpu")
+    bootstrap.init_process_group(launch, timeout_s=60, device=torch.device("cpu"))
     try:
         _train(launch.rank, launch.world_size, "horovod", out, {})
         if launch.rank == 0:

@@ -26,17 +26,22 @@ import torch
 import torch.distributed as dist
 
 import algorithms
-from tests import strict_device
 from tests.distributed import run_on
-from tests.strict_device import MixedDevices
 
 ROOT = Path(__file__).resolve().parent.parent
-DEVICE = strict_device.DEVICE
 
 
 # ---- the stand-in keeps the rules ----------------------------------------------------------------------
+# Each check runs in a process of its own: the device must not be registered in pytest's process,
+# where autograd would then start a thread for it and refuse later forks (LAP/LPP's updaters).
 
 def test_a_host_tensor_beside_a_device_tensor_fails_as_on_cuda():
+    run_on(1, _tensor_rules)
+
+
+def _tensor_rules(rank: int, world: int) -> None:
+    from tests.strict_device import DEVICE, MixedDevices
+
     on_device = torch.ones(3, device=DEVICE)
     with pytest.raises(MixedDevices):
         on_device + torch.ones(3)
@@ -49,7 +54,12 @@ def test_a_host_tensor_beside_a_device_tensor_fails_as_on_cuda():
 
 
 def test_a_model_trains_on_the_device_and_its_checkpoint_loads_there(tmp_path):
+    run_on(1, _model_on_device, str(tmp_path / "m.pt"))
+
+
+def _model_on_device(rank: int, world: int, path: str) -> None:
     from benchmarks.tasks import digits
+    from tests.strict_device import DEVICE, MixedDevices
 
     torch.manual_seed(0)
     model = digits.make_model().to(DEVICE)
@@ -59,17 +69,21 @@ def test_a_model_trains_on_the_device_and_its_checkpoint_loads_there(tmp_path):
     loss = torch.nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE))
     loss.backward()
     assert all(p.grad.device == DEVICE for p in model.parameters())
-    torch.save(model.state_dict(), tmp_path / "m.pt")
-    loaded = torch.load(tmp_path / "m.pt", weights_only=True)
+    torch.save(model.state_dict(), path)
+    loaded = torch.load(path, weights_only=True)
     assert all(t.device == DEVICE for t in loaded.values())
+    on_host = torch.load(path, map_location="cpu", weights_only=True)  # as the checkpoints load
+    assert all(type(t) is torch.Tensor and torch.equal(t, d.cpu()) for t, d in zip(on_host.values(), loaded.values()))
 
 
-def test_the_devices_process_groups_keep_nccls_rules(tmp_path):
+def test_the_devices_process_groups_keep_nccls_rules():
     run_on(2, _on_strict_group)
 
 
 def _on_strict_group(rank: int, world: int) -> None:
-    group = dist.new_group(backend=strict_device.NAME)
+    from tests.strict_device import DEVICE, NAME, MixedDevices
+
+    group = dist.new_group(backend=NAME)
     with pytest.raises(MixedDevices, match="NCCL takes device tensors only"):
         dist.all_reduce(torch.ones(2), group=group)
     t = torch.full((2,), float(rank + 1), device=DEVICE)
@@ -96,8 +110,14 @@ def _on_strict_group(rank: int, world: int) -> None:
 
 # ---- every algorithm: 2 steps an epoch, stopped after the first epoch, resumed -------------------------
 
-ALGORITHMS = [name for name in algorithms.names() if name != "horovod"]
-KNOBS = {"lpp_sgd": ["--set", "updaters=2"], "lap_sgd": ["--set", "updaters=2"]}
+# Each algorithm with its default knobs, where digits allows them; and the modes with state of their
+# own: SGP with a message in flight, WAGMA's blocking butterfly, DASO past its warm-up (sends in flight).
+CASES = {name: [] for name in algorithms.names() if name != "horovod"} | {
+    "lap_sgd": ["--set", "updaters=2"], "lpp_sgd": ["--set", "updaters=2"],  # 4 leave a block empty
+    "sgp-overlap": ["--set", "overlap=1"],
+    "wagma-sync": ["--set", "mode=sync"],
+    "daso": ["--set", "sync_warmup_epochs=1", "--set", "sync_cooldown_epochs=0"],
+}
 # 1,438 digits / (2 ranks x 300) = 2 steps an epoch; the fixed straggler (one rank sleeps 0.4 s a
 # step) leaves the SIGTERM, sent when the first epoch's row is written, time to land in the second.
 COMMON = ["--task", "digits", "--nodes", "2", "--procs-per-node", "1", "--seed", "0", "--set", "device=strict",
@@ -105,15 +125,15 @@ COMMON = ["--task", "digits", "--nodes", "2", "--procs-per-node", "1", "--seed",
           "--set", "straggler=fixed", "--set", "straggler_delay_ms=400"]
 
 
-def _command(name: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "tests.strict_run", "--algorithm", name, *COMMON, *KNOBS.get(name, []),
+def _command(case: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "tests.strict_run", "--algorithm", case.split("-")[0], *COMMON, *CASES[case],
             "--out", str(out)]
 
 
-@pytest.mark.parametrize("name", ALGORITHMS)
-def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, name):
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case):
     out = tmp_path / "run"
-    launcher = subprocess.Popen(_command(name, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    launcher = subprocess.Popen(_command(case, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
     try:
         deadline = time.monotonic() + 120
@@ -130,7 +150,7 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, name)
     stopped = json.loads((out / "summary.json").read_text())
     assert stopped["status"] == "timeout" and stopped["steps"] >= 2, stopped
 
-    resumed = subprocess.run(_command(name, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    resumed = subprocess.run(_command(case, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
     log = (out / "log.txt").read_text()
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:] + log[-3000:]
     summary = json.loads((out / "summary.json").read_text())
