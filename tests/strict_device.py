@@ -54,6 +54,18 @@ class DeviceTensor(torch.Tensor):
     def __repr__(self) -> str:  # noqa: D105
         return f"DeviceTensor({self.inner!r})"
 
+    @property
+    def data(self) -> torch.Tensor:
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        # ``p.data = t`` swaps the C++ tensor under the Python object, whose ``inner`` would then
+        # still be the old one (``vector_to_parameters`` writes parameters this way).
+        torch.Tensor.data.__set__(self, value)
+        if isinstance(value, DeviceTensor):
+            self.inner = value.inner
+
     def tolist(self) -> list:  # as CUDA's: copies to the host (torch refuses it for subclasses)
         return self.inner.tolist()
 
@@ -78,6 +90,11 @@ class DeviceTensor(torch.Tensor):
                 return torch.device("cpu")
             return x
 
+        for arg, value in zip(func._schema.arguments, args):
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if written and isinstance(value, torch.Tensor) and not isinstance(value, DeviceTensor) and not copying:
+                raise MixedDevices(f"{func}: writes a host tensor of shape {tuple(value.shape)} with a tensor on "
+                                   f"{NAME} as input (only a device tensor may take a device result)")
         to_host = func is torch.ops.aten._to_copy.default and _host(kwargs.get("device"))
         out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
         if func is torch.ops.aten.copy_.default:
