@@ -201,7 +201,10 @@ def free_port() -> int:
 def init_process_group(launch: Launch, timeout_s: float, device: torch.device) -> str:
     """Initialise ``torch.distributed`` with the device's backend (NCCL on CUDA, gloo on the CPU);
     returns the backend name."""
-    backend = dist.get_default_backend_for_device(device) if accelerator.is_accelerator(device) else "gloo"
+    if not accelerator.is_accelerator(device):
+        backend = "gloo"
+    else:  # another accelerator's (the tests' strict device) from its registration, torch >= 2.6
+        backend = "nccl" if device.type == "cuda" else dist.get_default_backend_for_device(device)
     # Exported as torchrun does, for libraries with a rendezvous of their own (Horovod under srun).
     os.environ.setdefault("MASTER_ADDR", launch.master_addr)
     os.environ.setdefault("MASTER_PORT", str(launch.master_port))
@@ -304,8 +307,15 @@ def exit_process(code: int) -> None:
     A rank's work ends when ``run.main`` returns: summary written, process group destroyed, wandb
     finished. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
     engine, destroyed in no fixed order) has aborted finished runs now and then ("terminate called
-    without an active exception", signal 6), which srun and Snakemake take for a failed run.
+    without an active exception", signal 6), which srun and Snakemake take for a failed run. What
+    the skipped exit handlers did that matters is done here: wandb's finish, MPI's finalize.
     """
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:  # a failed rank's record (its atexit)
+        wandb.finish(exit_code=code)
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():  # OpenMPI's mpirun wants it
+        mpi.Finalize()
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()

@@ -90,7 +90,8 @@ class DeviceTensor(torch.Tensor):
                 return torch.device("cpu")
             return x
 
-        for arg, value in zip(func._schema.arguments, args):
+        for i, arg in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
             written = arg.alias_info is not None and arg.alias_info.is_write
             if written and isinstance(value, torch.Tensor) and not isinstance(value, DeviceTensor) and not copying:
                 raise MixedDevices(f"{func}: writes a host tensor of shape {tuple(value.shape)} with a tensor on "
