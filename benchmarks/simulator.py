@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
+from benchmarks import dist as bootstrap
 from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.schedule import LRSchedule
@@ -87,8 +88,9 @@ def simulate(cfg: RunConfig) -> int:
     task = tasks.get(cfg.task)
     root = Path(s["data_root"]) if s["data_root"] else None
     train_set, val_set = task.make_datasets(root)
+    device = bootstrap.pick_device(s["device"], 0)  # the logical workers' gradients on the GPU where present
     torch.manual_seed(cfg.seed)
-    model = task.make_model()
+    model = task.make_model().to(device)
     theta = parameters_to_vector(model.parameters()).detach().clone()
     workers, batch = cfg.world_size, h["batch_size"]
     synchronous = cfg.algorithm in ("allreduce", "ddp")
@@ -113,7 +115,7 @@ def simulate(cfg: RunConfig) -> int:
     val_loader = DataLoader(val_set, batch_size=256)
 
     rundir.write_json_atomic(out / "config.json", cfg.to_json())
-    env = rundir.environment("none", "simulator", [platform.node()], torch.device("cpu"), None,
+    env = rundir.environment("none", "simulator", [platform.node()], device, None,
                              torch.get_num_threads())
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated"})
     csv = rundir.MetricsWriter(out / "metrics.csv", ["gap", "lag", "sim_compute_s"])
@@ -134,7 +136,7 @@ def simulate(cfg: RunConfig) -> int:
             lr = h["lr"] * lr_factor(updates)
             if synchronous:
                 step_batches = [order[(b * workers + i) * batch:(b * workers + i + 1) * batch] for i in range(workers)]
-                grads, losses = zip(*(_gradient(model, master.params, task, train_set, idx, h["weight_decay"])
+                grads, losses = zip(*(_gradient(model, master.params, task, train_set, idx, h["weight_decay"], device)
                                       for idx in step_batches))
                 times = [clock.compute(i) for i in range(workers)]
                 now += max(times) + clock.allreduce()
@@ -144,7 +146,7 @@ def simulate(cfg: RunConfig) -> int:
             else:
                 now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
                 g, loss = _gradient(model, sent[i], task, train_set, order[b * batch:(b + 1) * batch],
-                                    h["weight_decay"])
+                                    h["weight_decay"], device)
                 payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
                 gap_sum += async_rules.gap(master.params, sent[i])
                 lag_sum += updates - sent_at[i]
@@ -165,7 +167,7 @@ def simulate(cfg: RunConfig) -> int:
             continue
         with torch.no_grad():
             vector_to_parameters(master.params, model.parameters())
-        val_loss, val_metric = task.validate(model, val_loader, torch.device("cpu"))
+        val_loss, val_metric = task.validate(model, val_loader, device)
         row = {"epoch": epoch + 1, "step": updates, "samples": updates * batch * (workers if synchronous else 1),
                "wall_s": now, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
                "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
@@ -201,6 +203,6 @@ def simulate(cfg: RunConfig) -> int:
     return 0
 
 
-def _gradient(model, point, task, train_set, indices, weight_decay):
+def _gradient(model, point, task, train_set, indices, weight_decay, device):
     x, y = collate(train_set, indices)
-    return gradient_at(model, point, task, x, y, weight_decay)
+    return gradient_at(model, point, task, tasks.to_device(x, device), tasks.to_device(y, device), weight_decay)

@@ -186,3 +186,22 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
     on_cpu = json.loads((tmp_path / "cpu" / "summary.json").read_text())
     for key in ("final_metric", "final_train_loss", "steps"):
         assert summary[key] == pytest.approx(on_cpu[key], rel=1e-6, abs=1e-9), key
+
+
+# ---- the simulator: P logical workers in one process, on the device ------------------------------------
+
+@pytest.mark.parametrize("name", ["allreduce", "dana_dc"])
+def test_the_simulator_runs_on_the_device_to_the_cpus_numbers(tmp_path, name):
+    summaries = {}
+    for device in ("strict", "cpu"):
+        out = tmp_path / device
+        command = [sys.executable, "-m", "tests.strict_run", "--algorithm", name, "--task", "digits", "--nodes", "2",
+                   "--procs-per-node", "4", "--seed", "0", "--set", "clock=simulated", "--set", "straggler=gamma",
+                   "--set", "epochs=2", "--set", "wandb=false", "--set", f"device={device}", "--out", str(out)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        summaries[device] = json.loads((out / "summary.json").read_text())
+        assert json.loads((out / "env.json").read_text())["device"] == device
+    assert summaries["strict"]["final_metric"] > 0.5  # it trained
+    for key in ("final_metric", "final_train_loss", "steps", "wall_s"):
+        assert summaries["strict"][key] == pytest.approx(summaries["cpu"][key], rel=1e-6, abs=1e-9), key
