@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,6 +33,25 @@ def run_on(world: int, fn: Callable, *args: object) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         mp.spawn(_entry, args=(world, store, fn, args), nprocs=world, join=True)
+
+
+def stop_after_first_epoch(command: list[str], out: Path, cwd: Path, deadline_s: float = 120) -> tuple[int, str]:
+    """Start a run, send it SIGTERM once its first epoch's row is in ``out``/metrics.csv, and return
+    its exit code and output; a run that writes no row within ``deadline_s`` is killed and fails."""
+    launcher = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + deadline_s
+        while not ((out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 2):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                launcher.kill()
+                raise AssertionError(f"no first epoch (exit {launcher.wait()}):\n{launcher.communicate()[0][-3000:]}")
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    return launcher.returncode, output
 
 
 def train_digits(rank: int, world: int, name: str, knobs: dict, out: str, steps: int, steps_per_epoch: int,

@@ -9,10 +9,8 @@ import hashlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ import algorithms
 from algorithms.topology import Topology
 from benchmarks import checkpoint, rundir
 from benchmarks.tasks import digits
-from tests.distributed import run_on
+from tests.distributed import run_on, stop_after_first_epoch
 
 ROOT = Path(__file__).resolve().parent.parent
 # 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). The fixed straggler
@@ -77,19 +75,8 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     before = _digest(tmp_path / "whole")  # a neighbouring run that the stopped one must not touch
 
     out = tmp_path / "stopped"
-    launcher = subprocess.Popen(_command(case, out), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not ((out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 2):
-            assert time.monotonic() < deadline and launcher.poll() is None, "training never started"
-            time.sleep(0.02)
-        launcher.send_signal(signal.SIGTERM)
-        _, stderr = launcher.communicate(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-    assert launcher.returncode == 75, stderr
+    code, output = stop_after_first_epoch(_command(case, out), out, ROOT, deadline_s=180)
+    assert code == 75, output
     stopped = json.loads((out / "summary.json").read_text())
     assert stopped["status"] == "timeout" and stopped["steps"] < reference["steps"]
     record = checkpoint.latest(out)
