@@ -13,12 +13,14 @@ import importlib
 import inspect
 import typing
 
-from algorithms.base import Algorithm, Epoch, Plan
+from algorithms.base import Algorithm, Epoch, LoopAlgorithm, Plan
 from algorithms.topology import Topology
 
-__all__ = ["REGISTRY", "Algorithm", "Epoch", "Plan", "Topology", "build", "describe", "get", "names", "params"]
+__all__ = ["REGISTRY", "Algorithm", "Epoch", "LoopAlgorithm", "Plan", "Topology", "build", "describe", "get", "names",
+           "params", "register"]
 
-REGISTRY: dict[str, str] = {
+# name -> "module:Class" (imported on first use) or, for one registered at run time, the class itself
+REGISTRY: dict[str, str | type[Algorithm]] = {
     "ddp": "algorithms.ddp:DDP",
     "allreduce": "algorithms.allreduce:AllReduce",
     "horovod": "algorithms.horovod:Horovod",
@@ -45,13 +47,24 @@ def names() -> list[str]:
     return list(REGISTRY)
 
 
+def register(name: str, cls: type[Algorithm] | str) -> None:
+    """Make ``cls`` (or ``"module:Class"``) runnable as ``--algorithm name``: the runner, the config
+    checks and ``--list`` see it; ranks forked by the local launcher inherit the registration."""
+    if name in REGISTRY:
+        raise ValueError(f"algorithm {name!r} is registered already")
+    REGISTRY[name] = cls
+
+
 def get(name: str) -> type[Algorithm]:
     """The class registered as ``name``; an unknown name lists the valid ones."""
     if name not in REGISTRY:
         close = difflib.get_close_matches(name, REGISTRY, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise KeyError(f"unknown algorithm {name!r}.{hint} Valid algorithms: {', '.join(names())}.")
-    module_name, attr = REGISTRY[name].split(":")
+    target = REGISTRY[name]
+    if not isinstance(target, str):
+        return target
+    module_name, attr = target.split(":")
     return getattr(importlib.import_module(module_name), attr)
 
 

@@ -46,10 +46,8 @@ class ADPSGD(Algorithm):
     gloo's, whose point-to-point takes CPU tensors only: the thread sends and receives host copies and
     computes on the model's device (it sets that device: the current device is per thread). Momentum
     stays local; the evaluated model is the average of all workers. If the thread fails, the next
-    ``step()`` (or ``close()``) raises its error.
-
-    Args:
-        seed: seed of the neighbour choice (default 0; each rank draws its own stream).
+    ``step()`` (or ``close()``) raises its error. Each rank draws its neighbours from a stream of its
+    own, seeded by the run's seed (``plan.seed``).
 
     Example::
 
@@ -63,16 +61,16 @@ class ADPSGD(Algorithm):
     """
 
     overlaps_comm = True  # the exchanges run in the thread, beside the computation
+    columns = ("exchanges",)
     tracks_spread = True  # the replicas drift apart between exchanges, as for the other gossip methods
 
-    def __init__(self, topology: Topology, *, seed: int = 0) -> None:
+    def __init__(self, topology: Topology) -> None:
         super().__init__(topology)
         self.neighbours = bipartite_neighbours(topology.rank, topology.world_size)
         self.active = topology.rank % 2 == 0
         # A passive worker serves until every active neighbour has said it is done.
         self.expected_done = sum(topology.rank in bipartite_neighbours(r, topology.world_size)
                                  for r in range(0, topology.world_size, 2))
-        self.rng = random.Random(seed * 100_003 + topology.rank)
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = False
@@ -81,6 +79,7 @@ class ADPSGD(Algorithm):
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         super().prepare(model, optimizer, plan)
+        self.rng = random.Random(plan.seed * 100_003 + self.topology.rank)
         self.params = [p.data for p in model.parameters()]
         self.published = flatten(self.params)
         self.pending = torch.zeros_like(self.published)

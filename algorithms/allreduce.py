@@ -34,6 +34,8 @@ class AllReduce(Algorithm):
             algo.step()
     """
 
+    simulatable = True  # the simulator's synchronous reference (benchmarks/simulator.py)
+
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)
 

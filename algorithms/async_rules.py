@@ -1,8 +1,8 @@
 """The update rules of asynchronous SGD with momentum on a parameter server: DANA and its baselines.
 
 Paper: Hakimi, Barkai, Gabel, Schuster, "Taming Momentum in a Distributed Asynchronous Environment"
-(arXiv:1907.11612); spec ../shared/specs/dana.md. The master serves gradients in arrival order
-(FIFO): worker i computes a gradient on the vector it was last sent, the master updates its own
+(arXiv:1907.11612), Algs. 1-10. The master serves gradients in arrival order
+(FIFO, App. A.1): worker i computes a gradient on the vector it was last sent, the master updates its own
 parameters with it and replies with the vector worker i computes its next gradient on.
 
 Every rule works on flat fp32 vectors (one per parameter set; per-worker state is an ``[N, k]``
@@ -11,11 +11,13 @@ tensor), so the real parameter server (``algorithms/parameter_server.py``) and t
 
 - ``sent(i)``: what worker i computes its gradient on at the start (theta_0 for all);
 - ``apply(i, payload, lr)``: one FIFO update with worker i's payload; returns what i is sent back;
-- ``params``: the master's stored vector, the one evaluated (theta^0; Theta for DANA-Slim; A-14);
+- ``params``: the master's stored vector, the one evaluated (theta^0; Theta for DANA-Slim; our reading,
+  the paper does not say which vector it evaluates);
 - ``lookahead()``: the point the master's next gradient "should" be computed on (for the gap).
 
 Only DANA-Slim has worker state: its momentum lives on the worker (``slim_payload``).
-Weight decay is added at the worker, on the vector the gradient was computed on (A-6).
+Weight decay is added at the worker, on the vector the gradient was computed on (our reading;
+App. A.5 gives the decay, not where it is added).
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ class Master:
 class NagAsgd(Master):
     """NAG-ASGD (Alg. 8): one momentum vector shared by all workers.
 
-    ``form="nesterov"`` (default, spec A-11) is PyTorch's Nesterov step, matching the paper's name and
-    footnote 1; ``form="heavy_ball"`` is Alg. 8 as printed.
+    ``form="nesterov"`` (default) is PyTorch's Nesterov step, matching the paper's name ("a single NAG
+    optimizer", Sec. 5) and footnote 1 (Sec. 3); ``form="heavy_ball"`` is Alg. 8 (App. A.1) as printed.
     """
 
     def __init__(self, theta: Tensor, workers: int, momentum: float, form: str = "nesterov") -> None:
@@ -115,7 +117,8 @@ class NagAsgd(Master):
 class MultiAsgd(Master):
     """Multi-ASGD (Alg. 9): one heavy-ball momentum per worker, no look-ahead.
 
-    It must stay heavy-ball: a per-worker Nesterov step would be DANA-Slim exactly (spec A-11).
+    It must stay heavy-ball: a per-worker Nesterov step (Sec. 5's "separate NAG optimizer for each
+    worker") would be DANA-Slim (Alg. 6) exactly.
     """
 
     def __init__(self, theta: Tensor, workers: int, momentum: float) -> None:
@@ -130,7 +133,8 @@ class MultiAsgd(Master):
 
 class DelayCompensation:
     """The DC term's lambda: DC-ASGD-a's adaptive ``lam0 / sqrt(MeanSquare + eps)`` with a per-worker
-    mean square of the gradients (default, spec A-9), or the constant ``lam0`` (Algs. 7 and 10 as printed).
+    mean square of the gradients (default; our reading of Sec. 5's "gamma = 0.95" and "lambda = 2" as
+    DC-ASGD-a's decay and lam0), or the constant ``lam0`` (Algs. 7 and 10 as printed).
     """
 
     def __init__(self, like: Tensor, workers: int, lam0: float, mode: str, decay: float, eps: float) -> None:
@@ -199,7 +203,8 @@ class DanaZero(MultiAsgd):
 class DanaDc(DanaZero):
     """DANA-DC (Alg. 7): DANA-Zero on delay-compensated gradients.
 
-    ``anchor`` says which drift the DC term ``g + lam g*g*(theta^0 - theta^i)`` corrects (spec A-8):
+    ``anchor`` says which drift the DC term ``g + lam g*g*(theta^0 - theta^i)`` corrects (Sec. 4.3 says
+    only "the previously sent parameters"):
 
     - ``sent`` (default): Alg. 7 as printed, theta^i the parameters previously sent to worker i, i.e.
       the look-ahead it computed its gradient on, against the master's current theta^0. The drift

@@ -1,14 +1,38 @@
-"""The interface of every algorithm.
+"""The interface of every algorithm, and the two ways one plugs into the runner.
 
-The runner calls ``prepare(model, optimizer, plan)`` once, then, after each ``loss.backward()``,
-``step()``, which communicates and applies the optimizer; ``end_epoch(train_loss)`` once per epoch
-for schedule logic; ``eval_model()`` for the model to evaluate; ``state_dict()`` to checkpoint. An
-algorithm owns only the update: data, model, loss, evaluation and the clock belong to the runner.
+An algorithm owns only the update: data, model, loss, evaluation and the clock belong to the runner.
+The runner calls ``prepare(model, optimizer, plan)`` once, ``end_epoch(train_loss)`` once per
+epoch for schedule logic, ``eval_model()`` for the model to evaluate, ``metrics()`` once per
+evaluation for its own ``columns``, and ``state_dict()`` to checkpoint. Then either:
 
-The asynchronous family (a parameter server, Hogwild updaters) cannot be driven one synchronous
-step at a time: such an algorithm sets ``owns_loop`` and runs each epoch's batches itself in
-``train_epoch(epoch)``. Sharding, evaluation, metrics and the clock stay with the runner, at epoch
-boundaries.
+1. **Stepped** (subclass ``Algorithm``, implement ``step``): the runner runs each batch's forward
+   and backward and calls ``step()``, which communicates and applies the optimizer::
+
+       class MeanGradients(Algorithm):  # all-reduce SGD: average the gradients, then step
+           def step(self) -> None:
+               grads = [p.grad for p in self.model.parameters()]
+               flat_average_(grads)
+               self.optimizer.step()
+
+2. **Owning the loop** (subclass ``LoopAlgorithm``, implement ``train_epoch``): the asynchronous
+   family (a parameter server, Hogwild updaters) cannot be driven one synchronous step at a time,
+   so it runs each epoch's batches itself; sharding, evaluation, metrics and the clock stay with the
+   runner, at epoch boundaries::
+
+       class Alone(LoopAlgorithm):  # each rank trains on its own; the average is evaluated
+           def train_epoch(self, epoch: Epoch) -> tuple[float, int]:
+               total, n = 0.0, 0
+               for x, y in epoch.batches:
+                   self.optimizer.zero_grad()
+                   loss = epoch.task.loss(self.model(x.to(epoch.device)), y.to(epoch.device))
+                   loss.backward()
+                   self.optimizer.step()
+                   total, n = total + loss.item(), n + 1
+                   epoch.progress(1)
+               return total, n
+
+An algorithm is registered by one line in ``algorithms/__init__.py`` (or ``algorithms.register``);
+its knobs are its constructor's keyword-only arguments.
 
 Checkpoint contract (``benchmarks/checkpoint.py`` saves one shard per rank; ``run.py`` drives it):
 
@@ -23,7 +47,7 @@ Checkpoint contract (``benchmarks/checkpoint.py`` saves one shard per rank; ``ru
   optimizer have been restored, with the dict that rank saved. It calls
   ``super().load_state_dict(state)``. A missing key is a ``KeyError`` (a silent reset would bias the
   result), unless a reset is harmless, which the method then says with a warning.
-- ``owns_loop`` algorithms are checkpointed at epoch boundaries only, after ``train_epoch``.
+- ``LoopAlgorithm``s are checkpointed at epoch boundaries only, after ``train_epoch``.
 """
 
 from __future__ import annotations
@@ -33,6 +57,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.distributed as dist
@@ -52,12 +77,26 @@ class Plan:
         epochs: epochs of the run.
         milestones: epochs at which the learning rate decays (empty for smooth schedules).
         warmup_epochs: epochs of the task's linear lr warm-up (for algorithms with their own lr rule).
+        seed: the run's seed, for an algorithm's own random choices (AD-PSGD's neighbours).
     """
 
     steps_per_epoch: int
     epochs: int
     milestones: tuple[int, ...] = ()
     warmup_epochs: int = 0
+    seed: int = 0
+
+
+class Task(Protocol):
+    """What an algorithm may ask of the workload: the training loss of a batch."""
+
+    def loss(self, output: Any, target: Any) -> torch.Tensor: ...
+
+
+class StragglerDelay(Protocol):
+    """The run's straggler model: sleeps before a batch as a slow worker would take longer."""
+
+    def before_step(self, step: int) -> None: ...
 
 
 @dataclass
@@ -79,28 +118,30 @@ class Epoch:
     """
 
     epoch: int
-    batches: Iterable
-    task: object
+    batches: Iterable[tuple[Any, Any]]
+    task: Task
     optimizer: torch.optim.Optimizer
     lr_factor: Callable[[int], float]
     step: int
-    stragglers: object
+    stragglers: StragglerDelay
     device: torch.device
     progress: Callable[[int], object]
 
 
 class Algorithm(abc.ABC):
-    """Base class: subclasses implement ``step`` and may override the other hooks.
+    """A stepped algorithm: subclasses implement ``step`` and may override the other hooks.
 
     Args:
         topology: this rank's position; the constructor's keyword-only arguments are the knobs.
     """
 
-    overlaps_comm = False  # True where communication hides inside backward and cannot be timed apart
-    broadcast_start = True  # start from rank 0's parameters (False where the wrapper does it: DDP, Horovod)
-    owns_loop = False  # True: the runner calls ``train_epoch`` instead of stepping each batch
-    tracks_spread = False  # True: workers' models differ between syncs; the runner logs ``model_spread()``
-    sgd_only = False  # True where the algorithm applies its own SGD-momentum rule, not the run's optimizer
+    overlaps_comm: ClassVar[bool] = False  # communication hides inside backward and cannot be timed apart
+    broadcast_start: ClassVar[bool] = True  # start from rank 0's parameters (False where the wrapper does it)
+    owns_loop: ClassVar[bool] = False  # the runner calls ``train_epoch`` (``LoopAlgorithm``) instead of ``step``
+    tracks_spread: ClassVar[bool] = False  # models differ between syncs; the runner logs ``model_spread()``
+    sgd_only: ClassVar[bool] = False  # it applies its own SGD-momentum rule, not the run's optimizer
+    simulatable: ClassVar[bool] = False  # ``--set clock=simulated`` runs it (benchmarks/simulator.py)
+    columns: ClassVar[tuple[str, ...]] = ()  # its own metrics.csv columns; ``metrics()`` gives their values
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -115,6 +156,22 @@ class Algorithm(abc.ABC):
     def unavailable(cls) -> str | None:
         """Why this algorithm cannot run here (a missing optional package), or ``None`` if it can."""
         return None
+
+    @classmethod
+    def check(cls, knobs: dict[str, object], hparams: dict[str, object]) -> str | None:
+        """Why these knobs cannot run with the task's hyper-parameters (checked before any process
+        starts, the message names the fix), or ``None``."""
+        return None
+
+    @classmethod
+    def worker_count(cls, world_size: int) -> int:
+        """How many of ``world_size`` ranks compute gradients (``worker_ranks``)."""
+        return world_size
+
+    @classmethod
+    def metric_columns(cls) -> list[str]:
+        """The columns it adds to metrics.csv: its ``columns``, and ``spread`` where it tracks one."""
+        return [*cls.columns, *(["spread"] if cls.tracks_spread else [])]
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         """Take ownership of the model and optimizer; return the module the loop calls forward on.
@@ -139,15 +196,11 @@ class Algorithm(abc.ABC):
         """The ranks that compute gradients: every rank by default, all but a parameter server's
         master. Stragglers are drawn among them, the lr warm-up starts at 1 / their number, and
         throughput counts them."""
-        return range(self.topology.world_size)
+        return range(self.worker_count(self.topology.world_size))
 
+    @abc.abstractmethod
     def step(self) -> None:
         """Communicate and update the parameters; called once after each ``loss.backward()``."""
-        raise TypeError(f"{type(self).__name__} owns its loop: the runner calls train_epoch()")
-
-    def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
-        """Run one epoch's batches (``owns_loop`` algorithms); returns ``(sum of batch losses, batches)``."""
-        raise TypeError(f"{type(self).__name__} is stepped by the runner: set owns_loop to use this")
 
     def end_epoch(self, train_loss: float) -> None:
         """Schedule logic at the end of an epoch; ``train_loss`` is the job-wide mean."""
@@ -195,8 +248,9 @@ class Algorithm(abc.ABC):
         dist.all_reduce(square)
         return (square.item() / (dist.get_world_size() * x.numel())) ** 0.5
 
-    def metrics(self) -> dict[str, float]:
-        """The algorithm's own ``metrics.csv`` columns (for example DASO's B and S)."""
+    def metrics(self) -> dict[str, object]:
+        """The values of ``columns`` at this evaluation (for example DASO's B and S); called once per
+        evaluation, on every rank, so a window of statistics may restart here."""
         return {}
 
     def state_dict(self) -> dict[str, object]:
@@ -222,6 +276,22 @@ class Algorithm(abc.ABC):
         node must not open a CUDA context)."""
         device = next(self.model.parameters()).device if self.model is not None else None
         accelerator.synchronize(device)
+
+
+class LoopAlgorithm(Algorithm):
+    """An algorithm that runs each epoch's batches itself: subclasses implement ``train_epoch``.
+
+    Checkpoints are taken at epoch boundaries only, after ``train_epoch``.
+    """
+
+    owns_loop: ClassVar[bool] = True
+
+    def step(self) -> None:
+        raise TypeError(f"{type(self).__name__} owns its loop: the runner calls train_epoch()")
+
+    @abc.abstractmethod
+    def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
+        """Run one epoch's batches; return ``(sum of batch losses, batches)``."""
 
 
 def _state_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -4,8 +4,8 @@ The reference implementation (Heat's ``ht.optim.DASO``) needs MPI beside NCCL an
 per node. This one uses only ``torch.distributed`` process groups: DDP over a node-local group for
 the per-batch gradient averaging, and one cross-node group per local index for the global parameter
 averaging, started with ``all_reduce(async_op=True)`` and merged S batches later. The schedule (which
-batch sends, which merges) is a pure function, ``batch_events``, checked against the timeline of the
-spec (``shared/specs/daso.md`` section 3.3) in the tests.
+batch sends, which merges) is a pure function, ``batch_events``, checked in the tests against the
+timeline of Heat 1.0.0's ``DASO.step`` (``heat/optim/dp_optimizer.py``; the papers draw it in Fig. 5).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def batch_events(t: int, last_batch: int, B: int, S: int, rot: int, pending: Pen
     cycling phase a group sends every B batches; the result is merged S batches later, or at the next
     send if that comes first; the last batch of an epoch always ends in a blocking average, so all
     models are equal at every epoch end. ``heat_quirks`` reproduces the reference code's receive
-    test (spec 3.3, quirks Q1 and Q4); without it a send is merged exactly S batches later.
+    test (Heat 1.0.0's ``DASO.step``: a receive due on the batch before a send slips to that send,
+    and the test uses S clipped at the current batch); without it a send is merged exactly S batches later.
     """
     nxt = lambda r: 0 if t == last_batch else (r + 1) % groups  # noqa: E731 - rotation resets each epoch
     if B == 0:
@@ -139,7 +140,8 @@ class DASO(Algorithm):
         patience: stable epochs tolerated before a plateau fires (2: fires on the 3rd, as Heat).
         sync_warmup_epochs: blocking epochs at the start (default 4, Heat's default).
         sync_cooldown_epochs: blocking epochs at the end (default 5, as the code that produced the
-            published runs; Heat 1.0.0 uses 4; spec ambiguity A9).
+            published runs: Heat's Feb-2021 ``SkipBatches``; Heat 1.0.0 uses 4; the papers give no
+            number, arXiv v1 Sec. 3).
         downcast: transfer type of the blocking phases, ``bfloat16`` (default, the papers),
             ``float16`` or ``float32``.
         heat_quirks: receive timing exactly as Heat (True, default) or exactly S batches after the
@@ -258,7 +260,8 @@ class DASO(Algorithm):
         self.B, self.S = self.max_global_skips, max(1, self.max_global_skips // 4)
 
     def end_epoch(self, train_loss: float) -> None:
-        """Phase logic (spec 3.5): warm-up, cycling with plateau-driven B/S, cool-down."""
+        """Phase logic (arXiv v1 Sec. 3; details as Heat 1.0.0's ``epoch_loss_logic``): warm-up, cycling
+        with plateau-driven B/S, cool-down."""
         self.last_epoch = {"B": self.B, "S": self.S, "phase": self.phase, "global_syncs": self.syncs,
                            "global_sync_bytes": self.sync_bytes}
         self.epoch += 1
@@ -280,6 +283,8 @@ class DASO(Algorithm):
         if self.B:
             return "cycling"
         return "warmup" if self.epoch < self.warmup else "cooldown"
+
+    columns = ("B", "S", "phase", "global_syncs", "global_sync_bytes")
 
     def metrics(self) -> dict[str, object]:
         """The epoch just ended: its B, S and phase, and its global syncs (count, and bytes put on the

@@ -27,7 +27,9 @@ class DPSGD(Algorithm):
 
     The update is x_i <- sum_j W_ij x_j - lr * g_i, with the gradient g_i computed at the
     pre-mixing x_i and applied by the local (momentum) optimizer after the mixing, as WAGMA-SGD's
-    D-PSGD baseline does (spec wagma.md, section 3). Each worker exchanges its whole model with its
+    D-PSGD baseline does (the authors' code, github.com/Shigangli/WAGMA-SGD,
+    ``official/utils/optimizer_dpsgd_imagenet.py``; the paper's Sec. 2.2 gives only the ring). Each
+    worker exchanges its whole model with its
     neighbours only, so the traffic per worker does not grow with the number of workers; the price
     is consensus that spreads only one hop per step. Because W is doubly stochastic, the mixing
     keeps the mean of the models. Momentum buffers stay local. The evaluated model is the average.

@@ -4,10 +4,14 @@ Each worker (rank) holds one model in shared memory. ``UpdaterPool`` starts U up
 train it lock-free, each with its own momentum buffers, from the batches the rank's main process
 (its feed thread, beside the averager, ``algorithms/lpp_sgd.py``) copies into a ring of shared slots
 on the model's device, each after the batch's straggler delay. The updaters touch neither
-``torch.distributed`` nor the stragglers. The rules follow spec lpp_sgd.md: equal-parameter-count
-contiguous blocks (3.2), the per-updater full/partial toggle after T_st (3.3), the averaging period
-(3.4), the learning rate (3.5), Nesterov momentum with coupled weight decay (3.6), read&inc after the
-gradient (3.7), and the averaging step x += avg - snapshot (Algorithm 1, lines 13-16).
+``torch.distributed`` nor the stragglers. The rules follow the LPP-SGD paper (arXiv:2203.06638) and,
+where it is silent, its code (github.com/bapi/LPP-SGD, ``train/LPPSGD.py``): equal-parameter-count
+contiguous blocks (the code's ``get_indices``; paper Sec. 3, Eq. 10), the per-updater full/partial
+toggle after T_st (the code; Sec. 3, Block Selection Rule), the averaging period (Sec. 3,
+Synchronization Frequency Scheme), the learning rate (Sec. 4, Hyperparameters; Table 13's caption),
+Nesterov momentum with coupled weight decay (the code's ``opt``; the paper names neither), read&inc
+after the gradient (the code; Algorithm 1 reads it first, line 2), and the averaging step
+x += avg - snapshot (Algorithm 1, lines 13-16).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ def contiguous_blocks(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]
     """Split a list of tensors (their ``numel``) into ``parts`` contiguous ``[start, stop)`` ranges.
 
     Blocks hold ``ceil(total / parts)`` coordinates each, and a tensor belongs to the block in which
-    its first coordinate falls: the equal-parameter-count split of the official code (spec 3.2),
-    which reproduces the spec's table of boundaries. Updater ``r`` owns block ``r``.
+    its first coordinate falls: the equal-parameter-count split of the official code
+    (``get_indices`` in ``train/LPPSGD.py``, whose boundaries it reproduces; Sec. 3 of the paper
+    only says the b_i should minimise the partial-backpropagation cost). Updater ``r`` owns block ``r``.
     """
     if parts < 1:
         raise ValueError(f"Arg ``parts`` must be a positive integer, got {parts}.")

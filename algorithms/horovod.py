@@ -5,7 +5,8 @@ variables, or MPI). Under the suite's local launcher, srun or torchrun, ``prepar
 ``horovodrun --gloo`` does before it starts the ranks: rank 0 runs Horovod's HTTP rendezvous server
 and every rank gets Horovod's variables, exchanged over the suite's own process group. The virtual
 nodes become Horovod's hosts, so its local and cross communicators match the suite's topology.
-Spec: /work/shared/specs/daso.md (§2.3 and §7: Horovod with "fp16 compression", ``op=hvd.Average``).
+Setting: the DASO papers' Horovod runs (arXiv:2104.05588, Sec. 4: "floating point 16 compression";
+``op=hvd.Average`` as in the authors' ``hvd-train.py``, github.com/coquelin77/nvidia-semantic-segmentation).
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class Horovod(Algorithm):
     The optimizer is wrapped in ``hvd.DistributedOptimizer``: each gradient's all-reduce starts as
     soon as backward has produced it, Horovod's background thread fuses ready tensors into large
     messages, and ``step()`` waits for the results before the local update. This is the baseline
-    DASO is measured against (Coquelin et al. 2022; spec /work/shared/specs/daso.md §2.3, §7), where
+    DASO is measured against (Coquelin et al. 2022, arXiv:2104.05588, Sec. 4), where
     Horovod ran with ``compression=hvd.Compression.fp16`` and ``op=hvd.Average`` (DASO itself sends
-    bfloat16, which Horovod lacks: spec §9). With
+    bfloat16, which Horovod lacks: J. Big Data version, "Results and discussion"). With
     ``fp16_compression=False`` the update is DDP's: parameters agree after every step (to
     floating-point reordering). Communication hides inside backward, so ``comm_s`` stays 0.
     Buffers (batch-norm statistics) are broadcast once at the start and then stay local.

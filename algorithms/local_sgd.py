@@ -21,7 +21,7 @@ class LocalSGD(Algorithm):
     """Local SGD: ``period`` local optimizer steps, then a blocking all-reduce average of the models.
 
     Paper: Lin, Stich, Patel, Jaggi, "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020,
-    https://arxiv.org/abs/1808.07217; the local-SGD baseline of WAGMA-SGD (spec wagma.md, section 3).
+    https://arxiv.org/abs/1808.07217; the local-SGD baseline of WAGMA-SGD (arXiv:2005.00124, Secs. 2.2, 5.1).
 
     Communication falls by a factor H against per-step synchronisation, at the price of workers
     drifting apart in between. With ``period=1`` it is per-step model averaging, which WAGMA's paper
@@ -46,6 +46,13 @@ class LocalSGD(Algorithm):
     """
 
     tracks_spread = True
+
+    @classmethod
+    def check(cls, knobs: dict[str, object], hparams: dict[str, object]) -> str | None:
+        if hparams["optimizer"] == "adam" and knobs.get("momentum_mode", "local") != "local":
+            return ("--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
+                    "with adam keep momentum_mode=local")
+        return None
 
     def __init__(self, topology: Topology, *, period: int = 10, momentum_mode: str = "local") -> None:
         super().__init__(topology)
@@ -85,7 +92,7 @@ class PostLocalSGD(LocalSGD):
     """Post-local SGD: synchronous data-parallel SGD until a switch point, then local SGD.
 
     Paper: Lin, Stich, Patel, Jaggi, "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020,
-    https://arxiv.org/abs/1808.07217 (section 4); LPP-SGD's "PL-SGD" baseline (spec lpp_sgd.md 4.2).
+    https://arxiv.org/abs/1808.07217 (section 4); LPP-SGD's "PL-SGD" baseline (arXiv:2203.06638, Sec. 4).
 
     Before the switch the gradients are all-reduced every step (mini-batch SGD: all models equal);
     from the switch on each worker steps alone and the models are averaged every ``period`` steps.
@@ -140,6 +147,8 @@ class PostLocalSGD(LocalSGD):
             if (s - self.switch_step) % self.period == 0:
                 self._average_models()
         self.step_count += 1
+
+    columns = ("local",)  # 1 once it averages every H steps
 
     def metrics(self) -> dict[str, float]:
         return {"local": float(self.step_count >= self.switch_step)}

@@ -1,7 +1,7 @@
 """LAP-SGD and LPP-SGD: Hogwild updaters inside each worker, non-blocking model averaging across them.
 
 Paper: Chatterjee, Kungurtsev, Alistarh, "Scaling the Wild: Decentralizing Hogwild!-style
-Shared-memory SGD", https://arxiv.org/abs/2203.06638; spec ``../shared/specs/lpp_sgd.md``. The
+Shared-memory SGD", https://arxiv.org/abs/2203.06638, Algorithm 1 (Sec. 3). The
 rank's main process is the averager a^q of Algorithm 1 (its main thread) and the feed of the U
 updaters (a second thread); the updaters and the update rules are in ``algorithms/hogwild.py``.
 Both classes own their loop (``owns_loop``): the runner hands them each epoch's batches of this
@@ -20,14 +20,14 @@ import torch.distributed as dist
 from torch import nn
 
 from algorithms import accelerator
-from algorithms.base import Algorithm, Epoch, Plan
+from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.comm import flatten
 from algorithms.hogwild import (Schedule, UpdaterPool, batch_tensors, apply_average_, averaging_period,
                                 contiguous_blocks, warmed_up_lr)
 from algorithms.topology import Topology
 
 
-class LAPSGD(Algorithm):
+class LAPSGD(LoopAlgorithm):
     """LAP-SGD: U lock-free updaters per worker, the worker's models averaged across workers meanwhile.
 
     Paper: Chatterjee, Kungurtsev, Alistarh, "Scaling the Wild: Decentralizing Hogwild!-style
@@ -39,12 +39,14 @@ class LAPSGD(Algorithm):
     snapshot of the model, all-reduce-averages it with the other workers and adds (average -
     snapshot) in place, without stopping the updaters. Before each decision the averagers all-reduce
     the MAX of their update counters and of minus their last-averaged counters, so every worker
-    decides alike and the collectives cannot mismatch (spec 3.7). The averaging period K is 1
-    (back-to-back averaging) until ``switch_epoch``, then H = ``period``. Only parameters are
-    averaged: batch-norm statistics stay each worker's own, and ``eval_model()`` is the worker's own
-    model, each rank scoring its slice of the validation set (the official code's test, spec 3.7).
+    decides alike and the collectives cannot mismatch (as the code's ``average`` in
+    ``train/LPPSGD.py``, github.com/bapi/LPP-SGD; Algorithm 1, line 10, decides locally). The
+    averaging period K is 1 (back-to-back averaging) until ``switch_epoch``, then H = ``period``.
+    Only parameters are averaged: batch-norm statistics stay each worker's own, and ``eval_model()``
+    is the worker's own model, each rank scoring its slice of the validation set (the official
+    code's test, ``test_epoch``; the paper does not say).
     The learning rate is the method's own, set before each update from the worker's update counter
-    (spec 3.5): a linear warm-up over the task's ``warmup_epochs`` (5 in the paper's recipes) from alpha_0 to alpha_w = alpha_0 x B_loc x
+    (Sec. 4; Table 13): a linear warm-up over the task's ``warmup_epochs`` (5 in the paper's recipes) from alpha_0 to alpha_w = alpha_0 x B_loc x
     Q / B_base, then cosine annealing. As everywhere in the suite, the task's ``lr`` is the run's
     warmed-up rate alpha_w (Table 13's alpha^w_DP, which equals alpha^w_LAP), and alpha_0 follows
     from the rule; the task's ``schedule`` and ``milestones`` do not apply. A second thread of the
@@ -81,7 +83,7 @@ class LAPSGD(Algorithm):
     """
 
     sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
-    owns_loop = True
+    columns: tuple[str, ...] = ("rounds", "K")
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)
 
@@ -199,7 +201,7 @@ class LAPSGD(Algorithm):
             raise RuntimeError("LAP-SGD's feed thread failed") from error
 
     def _schedule(self, batch: object, epoch: Epoch) -> Schedule:
-        """The learning-rate rule of spec 3.5 for this run's batch size and number of workers.
+        """The paper's learning-rate rule (Sec. 4; Table 13's caption) for this batch size and worker count.
 
         ``lr`` is, as for every algorithm of the suite, the warmed-up rate of the run (alpha_w at
         this batch and worker count); the warm-up starts from the alpha_0 the paper's rule implies.
@@ -231,7 +233,8 @@ class LAPSGD(Algorithm):
 
     def eval_model(self) -> nn.Module:
         """The worker's own model, not the average: the official code tests each worker's replica
-        (spec 3.7), so this is the one exception to the suite's averaged evaluation."""
+        (``test_epoch``; the paper does not say), so this is the one exception to the suite's averaged
+        evaluation."""
         return self.model
 
     def metrics(self) -> dict[str, float]:
@@ -281,7 +284,7 @@ class LPPSGD(LAPSGD):
     ``partial_start_epoch`` (T_st) every step is full; then each updater flips between a partial and
     a full step after each of its own updates (the code's per-updater toggle). A partial step
     updates, decays and applies momentum to its block's tensors only. The warmed-up lr is
-    ``lr_boost`` times LAP-SGD's (spec 3.5).
+    ``lr_boost`` times LAP-SGD's (Sec. 4, Hyperparameters: "up to 1.25x"; Table 13).
 
     Args:
         updaters, period, switch_epoch, base_batch, poll_ms: as LAP-SGD.
@@ -300,6 +303,8 @@ class LPPSGD(LAPSGD):
         U must leave every block a tensor: a model whose one tensor holds more than 1/U of its
         parameters cannot have U blocks (the error names ``updaters``).
     """
+
+    columns = (*LAPSGD.columns, "partial_share")
 
     def __init__(self, topology: Topology, *, updaters: int = 4, period: int = 16, switch_epoch: int = -1,
                  base_batch: int = 0, poll_ms: float = 0.0, partial_start_epoch: int = -1,

@@ -1,13 +1,13 @@
 """Asynchronous SGD on a real parameter server: DANA-Zero/Slim/DC, ASGD, NAG-ASGD, Multi-ASGD, DC-ASGD.
 
 Paper: Hakimi, Barkai, Gabel, Schuster, "Taming Momentum in a Distributed Asynchronous Environment"
-(arXiv:1907.11612); spec dana.md, 8.4. Rank 0 is the master, ranks 1..N the workers. A worker
+(arXiv:1907.11612), Algs. 1-2, Sec. 5.5. Rank 0 is the master, ranks 1..N the workers. A worker
 computes a gradient on the vector it was last sent, sends it and waits for the reply (Alg. 1); the
 master takes messages from any worker in arrival order, applies the rule of
 ``algorithms/async_rules.py`` and replies to the sender only. Nobody waits for the slowest worker:
 the price is staleness, which the master measures as the gap of every gradient.
 
-Data and epochs as in the paper (spec A-12, A-19): one shuffled stream feeds the workers in the
+Data and epochs, our reading (Sec. 5, App. A.5 leave both open): one shuffled stream feeds the workers in the
 order they ask. The master deals out its positions with its replies (the next batch of the stream
 goes to whichever worker the master answers next), and an epoch is M/B master updates from whichever
 workers deliver them: a worker twice as fast contributes twice as many. Nobody waits at an epoch
@@ -34,7 +34,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from algorithms import accelerator
 from algorithms import async_rules
-from algorithms.base import Algorithm, Epoch, Plan
+from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.topology import Topology
 
 STOP = -1.0  # in a reply's position slots: the run is over
@@ -42,10 +42,11 @@ _HALF = float(1 << 20)  # a stream position travels as two float32 numbers, each
 
 
 def gradient_at(model: nn.Module, point: Tensor, task, x: Tensor, y: Tensor, weight_decay: float) -> tuple[Tensor, Tensor]:
-    """The mini-batch gradient of ``task.loss`` at the flat vector ``point``, with L2 added (spec A-6).
+    """The mini-batch gradient of ``task.loss`` at the flat vector ``point``, with L2 added (our reading:
+    App. A.5 does not say where weight decay is added).
 
     Returns ``(g, loss)``. The model's float buffers (batch-norm statistics) are updated by the forward
-    pass, as at a worker (spec A-18).
+    pass, as at a worker (our reading; the paper is silent on batch norm).
     """
     params = list(model.parameters())
     with torch.no_grad():
@@ -61,7 +62,8 @@ def gradient_at(model: nn.Module, point: Tensor, task, x: Tensor, y: Tensor, wei
 
 
 def stream_indices(samples: int, batch_size: int, seed: int, position: int) -> Tensor:
-    """The sample indices of batch ``position`` of the one data stream (spec A-19).
+    """The sample indices of batch ``position`` of the one data stream (our reading; Sec. 5 leaves
+    sampling open).
 
     The stream is one shuffled pass over the ``samples`` training samples after another, cut into
     ``samples // batch_size`` batches (the remainder dropped); pass ``e`` is shuffled by a generator
@@ -85,7 +87,7 @@ def _float_buffers(model: nn.Module) -> list[Tensor]:
     return [b for b in model.buffers() if b.is_floating_point()]
 
 
-class ParameterServer(Algorithm):
+class ParameterServer(LoopAlgorithm):
     """The parameter-server runner shared by the asynchronous family; subclasses fix ``RULE``.
 
     The master's rules are momentum SGD by construction (DANA's look-ahead is Nesterov's), so the
@@ -98,7 +100,7 @@ class ParameterServer(Algorithm):
         dc_decay: decay m of the gradients' mean square (0.95).
         dc_eps: epsilon inside the square root (1e-7).
         dc_anchor: DANA-DC's drift, ``sent`` (default: Alg. 7 as printed, theta^0 minus the look-ahead
-            sent), ``lookahead`` or ``master_at_send`` (spec A-8).
+            sent), ``lookahead`` or ``master_at_send`` (Sec. 4.3: "the previously sent parameters").
 
     Example::
 
@@ -108,8 +110,8 @@ class ParameterServer(Algorithm):
     The lr is the single-worker one, applied to every master update (the paper does not scale it
     with N; ``scale_lr`` leaves it alone); its schedule runs on the master's update count, with the
     warm-up from lr / N. The momentum and weight decay are the task's. The master evaluates its
-    stored vector (spec A-14) with the mean of the workers' latest batch-norm statistics, which
-    travel with their gradients.
+    stored vector (our reading; the paper does not say which) with the mean of the workers' latest
+    batch-norm statistics, which travel with their gradients.
 
     ``metrics.csv`` columns: ``gap`` and ``lag`` (mean over the epoch's gradients), ``idle_s`` (the
     longest time one worker spent waiting for replies during the epoch, evaluation included) and
@@ -118,7 +120,8 @@ class ParameterServer(Algorithm):
 
     RULE = "asgd"
     sgd_only = True
-    owns_loop = True
+    simulatable = True  # the simulator's asynchronous workers (benchmarks/simulator.py)
+    columns = ("gap", "lag", "idle_s", "max_share")
 
     def __init__(self, topology: Topology, *, nag_form: str = "nesterov", dc_lambda: float = 2.0,
                  dc_mode: str = "adaptive", dc_decay: float = 0.95, dc_eps: float = 1e-7,
@@ -130,7 +133,7 @@ class ParameterServer(Algorithm):
         self.rule_knobs = {"nag_form": nag_form, "dc_anchor": dc_anchor,
                            "dc": {"lam0": dc_lambda, "mode": dc_mode, "decay": dc_decay, "eps": dc_eps}}
         self.master: async_rules.Master | None = None
-        self.updates = 0  # master updates so far (the lr schedule's clock, spec A-12)
+        self.updates = 0  # master updates so far (the lr schedule's clock; our reading, App. A.5)
         self.handed = 0  # positions of the data stream dealt out so far
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -139,6 +142,10 @@ class ParameterServer(Algorithm):
     @property
     def is_master(self) -> bool:
         return self.topology.rank == 0
+
+    @classmethod
+    def worker_count(cls, world_size: int) -> int:
+        return world_size - 1  # rank 0 is the master
 
     def worker_ranks(self) -> range:
         return range(1, self.topology.world_size)
@@ -294,8 +301,9 @@ class ParameterServer(Algorithm):
 
     # --- both -------------------------------------------------------------------------------
     def eval_model(self) -> nn.Module:
-        """The master's stored vector (spec A-14) with the mean of the workers' latest batch-norm
-        statistics, in a copy of the model (a worker's thread is training the model itself)."""
+        """The master's stored vector (our reading: the paper does not say which) with the mean of the
+        workers' latest batch-norm statistics, in a copy of the model (a worker's thread is training
+        the model itself)."""
         k = self.point.numel()
         state = torch.empty(k + self.buffers.numel())
         if self.is_master:

@@ -113,7 +113,7 @@ def wagma_phase_masks(world_size: int, group_size: int, step: int, printed: bool
     ``(step * log2 S) mod log2 P``, one per phase: ``mask_r = 1 << ((shift + r) mod log2 P)``. It
     reproduces the paper's own example (P=8, S=4: {0,1,2,3},{4,5,6,7} then {0,1,4,5},{2,3,6,7}).
     ``printed=True`` follows the algorithm as printed (``mask <<= shift``, cumulative), which does not
-    reproduce the example (spec wagma.md 2.2); masks that overflow past P are dropped.
+    reproduce the example (WAGMA-SGD, Sec. 3.2, line 6); masks that overflow past P are dropped.
     """
     gp, sp = world_size.bit_length() - 1, group_size.bit_length() - 1
     if gp == 0:

@@ -8,8 +8,8 @@ its own thread to run the round. A thread runs every version it has been activat
 as the butterfly group all-reduce of the paper (recursive doubling over the step's masks),
 contributing whatever its send buffer holds at that moment: the latest locally updated model W'_s
 (after the local step, before averaging), stale (s < t) if its main thread has not reached t yet. The
-main thread refreshes the send buffer after every local step, global iterations included (spec
-wagma.md 2.3, A9(a)), so a rank late just after a global average contributes its W' of that
+main thread refreshes the send buffer after every local step (Sec. 4, Fig. 3 text), global
+iterations too (our reading), so a rank late just after a global average contributes its W' of that
 iteration, not a model from before it. How close to the paper: the schedule, the group sums, the
 stale rule and the version check are the paper's; the activation is a flat broadcast from the
 activator (the paper forwards along a binomial tree), and progress is made by a thread polling gloo
@@ -45,7 +45,8 @@ def group_average(group_sum: torch.Tensor, own: torch.Tensor, size: int, fresh: 
 
 
 def default_group_size(world_size: int) -> int:
-    """S = sqrt(P), rounded down to a power of two where sqrt(P) is not one (spec ambiguity A11)."""
+    """S = sqrt(P), rounded down to a power of two where sqrt(P) is not one (our reading; Sec. 3.2
+    assumes powers of two, Sec. 5.2 sets S = sqrt(P))."""
     return 1 << ((world_size.bit_length() - 1) // 2)
 
 
@@ -72,7 +73,7 @@ class WAGMA(Algorithm):
         mode: ``wait_avoiding`` (default: the first to arrive triggers the round) or ``sync``
             (blocking group all-reduce with fresh models, the paper's beta = true).
         grouping: ``corrected`` (default: the reading that reproduces the paper's example) or
-            ``printed`` (Algorithm 1 as printed, spec wagma.md 2.2).
+            ``printed`` (Algorithm 1 as printed, Sec. 3.2).
 
     Example::
 
@@ -138,7 +139,8 @@ class WAGMA(Algorithm):
         start = self._timed_start()  # the host copy of the send buffer is communication
         send_buf = self._for_send(own)
         with self.cond:
-            # "The send buffer is updated by W'_t" at every iteration, global ones included (A9(a)).
+            # "The send buffer is updated by W'_t" at every iteration, global ones included
+            # (Sec. 4, Fig. 3 text; the global iterations are our reading).
             # Before the global all-reduce: a peer leaving it first may start round t + 1 at once,
             # and this rank's thread must then contribute W'_t, not a model from before the sync.
             self.send_buf, self.send_iter = send_buf, t

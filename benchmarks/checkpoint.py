@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when a shard's keys change meaning; an older checkpoint is then refused
 DIRNAME = "checkpoint"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # scancel, and Slurm's --signal time-limit warning
 
 
 class CheckpointError(RuntimeError):
@@ -121,6 +121,19 @@ def load(out: Path, rank: int, world_size: int) -> dict[str, object] | None:
     if shard["step"] != record["step"] or shard["rank"] != rank:
         raise CheckpointError(f"{path} is not step {record['step']} of rank {rank}; delete {out}/{DIRNAME}")
     return {**shard, "record": record}
+
+
+def restore(out: Path, rank: int, world_size: int, stateful: dict[str, object]) -> dict[str, object] | None:
+    """Resume this rank from the newest whole checkpoint, or return ``None`` where there is none.
+
+    Each object of ``stateful`` (model, optimizer, lr scheduler, schedule, algorithm: the run's
+    order) gets ``load_state_dict`` of the shard's entry of its name; the shard is returned for the
+    rest (the loop's position and state, the epoch's loss sum, the RNG, the commit ``"record"``).
+    """
+    shard = load(out, rank, world_size)
+    for key, obj in stateful.items() if shard is not None else ():
+        obj.load_state_dict(shard[key])
+    return shard
 
 
 def remove(out: Path) -> None:

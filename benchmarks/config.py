@@ -68,7 +68,9 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        return f"{self.task}__{self.algorithm}__n{self.nodes}x{self.procs_per_node}__s{self.seed}"
+        from benchmarks import naming
+
+        return naming.run_id(self.task, self.algorithm, self.nodes, self.procs_per_node, self.seed)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -219,7 +221,7 @@ def lr_scale(algorithm: str, world_size: int) -> int:
     average the batches of all ``world_size`` ranks, simulated or real: the factor is ``world_size``.
     A parameter server (every subclass of ``ParameterServer``: ASGD, NAG-ASGD, Multi-ASGD, DC-ASGD and
     the DANA variants) applies each worker's batch-B gradient as an update of its own, so its lr stays
-    the single-worker one, as in the DANA paper (spec dana.md, A-17): the factor is 1 (world_size
+    the single-worker one, as in the DANA paper (arXiv:1907.11612, App. A.5): the factor is 1 (world_size
     would be N on the simulated clock and N + 1 on a real run, whose world also counts the master).
     The class check lives here, beside the rule, because what one update averages is a property of
     the algorithm's update, not a knob a run could set.
@@ -246,9 +248,9 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule"
                               f"{' in the simulator' if s['clock'] == 'simulated' else ''}; "
                               f"use optimizer=sgd or another algorithm")
-        if config.algorithm_params.get("momentum_mode", "local") != "local":
-            raise ConfigError("--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
-                              "with adam keep momentum_mode=local")
+    problem = algorithms.get(config.algorithm).check(config.algorithm_params, h)
+    if problem:
+        raise ConfigError(problem)
     if h["optimizer"] == "adam" and h["eps"] < 0:
         raise ConfigError(f"--set eps: must not be negative, got {h['eps']}")
     if h["schedule"] == "plateau":
@@ -275,18 +277,17 @@ def _check_values(config: RunConfig) -> None:
     if s["clock"] not in ("wall", "simulated"):
         raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
     if s["clock"] == "simulated":
-        from benchmarks import simulator
-
-        if config.algorithm not in simulator.SIMULATED:
+        if not algorithms.get(config.algorithm).simulatable:
+            simulated = [name for name in algorithms.names() if algorithms.get(name).simulatable]
             raise ConfigError(f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
-                              f"simulated algorithms: {', '.join(simulator.SIMULATED)}")
+                              f"simulated algorithms: {', '.join(simulated)}")
         if s["straggler"] == "fixed":
             raise ConfigError("--set clock=simulated: straggler must be none, gamma or gamma_het")
         for key in ("sim_step_ms", "sim_bandwidth_gbs"):
             if s[key] <= 0:
                 raise ConfigError(f"--set {key}: must be positive, got {s[key]}")
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
-    workers = config.world_size - issubclass(algorithms.get(config.algorithm), ParameterServer)
+    workers = algorithms.get(config.algorithm).worker_count(config.world_size)
     if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= workers:
         raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s['straggler_ranks']}")
     if s["straggler_delay_ms"] < 0:
@@ -295,6 +296,22 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}")
     if s["collective_timeout_s"] <= 0:
         raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
+
+
+def listing() -> str:
+    """``--list``: every algorithm with its knobs, every task with its hyper-parameters, the run settings."""
+    lines = ["Algorithms (knobs: --set name=value):"]
+    for name in algorithms.names():
+        knobs = ", ".join(f"{k}={d!r}" for k, (_, d) in algorithms.params(name).items()) or "-"
+        lines += [f"  {name:<18} {algorithms.describe(name)}", f"  {'':<18} knobs: {knobs}"]
+    lines.append("\nTasks (hyper-parameters: --set name=value):")
+    for name in tasks.names():
+        t = tasks.get(name)
+        data = f"reads --set data_root=DIR holding {t.data_hint}" if t.data_hint else "embedded, no download"
+        lines += [f"  {name:<18} {t.description}", f"  {'':<18} target {t.metric} {t.target}; {data}",
+                  f"  {'':<18} " + ", ".join(f"{k}={v!r}" for k, v in t.hparams.items())]
+    lines += ["\nRun settings:", "  " + ", ".join(f"{k}={d!r}" for k, (_, d) in SETTINGS.items())]
+    return "\n".join(lines)
 
 
 def yaml_value(value: object) -> str:

@@ -1,10 +1,11 @@
 """One run: ``python -m benchmarks.run --algorithm A --task T --nodes N --procs-per-node G --seed S --out DIR``.
 
-The suite's only training loop. Started plainly it checks the configuration, then starts the N×G
-ranks of a virtual cluster itself; under srun, torchrun or mpirun it joins that job. Rank 0 writes
-the run directory (see results/README.md). The clock follows MLPerf: it starts just before the first
-training batch is read and includes evaluation; each reading is the slowest rank's, taken after a
-device synchronisation (``now``).
+The suite's training loop. Started plainly it checks the configuration, then starts the N×G ranks
+of a virtual cluster itself; under srun, torchrun or mpirun it joins that job; with
+``--set clock=simulated`` it hands the run to the simulator. Rank 0 writes the run directory (see
+results/README.md) through the recorder (``benchmarks/recorder.py``). The clock follows MLPerf: it
+starts just before the first training batch is read and includes evaluation; each reading is the
+slowest rank's, taken after a device synchronisation (``now``).
 
 Checkpoint and resume (``benchmarks/checkpoint.py``): every ``checkpoint_every`` epochs, and when
 SIGTERM or SIGUSR1 (Slurm's time-limit warning, ``scancel``) arrives, at a step all ranks agree on,
@@ -17,10 +18,9 @@ metrics.csv is appended to. Exit codes: 0 completed or diverged, 1 failed, 2 bad
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import logging
-import math
-import os
 import socket
 import sys
 import time
@@ -34,10 +34,10 @@ from torch.utils.data import DataLoader, Subset
 import algorithms
 from algorithms import accelerator
 from algorithms.topology import Topology
-from benchmarks import checkpoint, rundir, tasks
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks
 from benchmarks import config as config_mod
-from benchmarks import dist as bootstrap
 from benchmarks.config import ConfigError, RunConfig
+from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
 from benchmarks.stragglers import Stragglers
 
@@ -58,26 +58,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def print_list() -> None:
-    print("Algorithms (knobs: --set name=value):")
-    for name in algorithms.names():
-        knobs = ", ".join(f"{k}={d!r}" for k, (_, d) in algorithms.params(name).items()) or "-"
-        print(f"  {name:<18} {algorithms.describe(name)}\n  {'':<18} knobs: {knobs}")
-    print("\nTasks (hyper-parameters: --set name=value):")
-    for name in tasks.names():
-        t = tasks.get(name)
-        data = f"reads --set data_root=DIR holding {t.data_hint}" if t.data_hint else "embedded, no download"
-        print(f"  {name:<18} {t.description}\n  {'':<18} target {t.metric} {t.target}; {data}")
-        print(f"  {'':<18} " + ", ".join(f"{k}={v!r}" for k, v in t.hparams.items()))
-    print("\nRun settings:")
-    print("  " + ", ".join(f"{k}={d!r}" for k, (_, d) in config_mod.SETTINGS.items()))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.list:
-        print_list()
+        print(config_mod.listing())
         return 0
     try:
         missing = [f"--{k.replace('_', '-')}" for k in ("algorithm", "task", "out") if getattr(args, k) is None]
@@ -90,25 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if cfg.settings["clock"] == "simulated":  # P logical workers in this one process
-        from benchmarks import simulator
-
         return simulator.simulate(cfg)
-    launch = bootstrap.detect()
+    launch = launcher.detect()
     if launch is None:  # started plainly: be the launcher of a virtual cluster
-        cfg.out.mkdir(parents=True, exist_ok=True)
-        code, reason = bootstrap.spawn_local(argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
-        summary = rundir.read_summary(cfg.out)
-        if reason and summary is None:
-            rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "failed", error=reason))
-        elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
-            # rank 0 saw only the consequence (a closed connection); the launcher saw the cause
-            summary["error"] = f"{reason}; rank 0 then reported: {summary.get('error')}"
-            rundir.write_json_atomic(cfg.out / "summary.json", summary)
-        if code == bootstrap.EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
-            rundir.write_json_atomic(cfg.out / "summary.json", _summary(cfg, "timeout", error="stopped at start-up"))
-        if reason:
-            print(f"error: run failed: {reason}", file=sys.stderr)
-        return code
+        return launcher.run_locally(main, argv, cfg)
     if launch.world_size != cfg.world_size:
         print(f"error: the launcher started {launch.world_size} ranks, but --nodes {cfg.nodes} x "
               f"--procs-per-node {cfg.procs_per_node} = {cfg.world_size}", file=sys.stderr)
@@ -125,16 +95,6 @@ def _check_out(out: Path) -> None:
                           f"pass another --out or delete that folder{hint}")
 
 
-def _summary(cfg: RunConfig, status: str, error: str | None = None, **fields: object) -> dict[str, object]:
-    task = tasks.get(cfg.task)
-    identity = {k: v for k, v in cfg.to_json().items() if k not in ("hparams", "algorithm_params", "settings")}
-    base = dict(time_to_target_s=None, epochs_to_target=None, final_metric=None, best_metric=None,
-                final_train_loss=None, epochs=0, steps=0, samples=0, wall_s=None, throughput=None,
-                comm_share=None)
-    return {"status": status, **identity, **base, **fields, "metric": task.metric, "target": task.target,
-            "clock": "wall", "error": error}
-
-
 def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
     """The run's optimizer: SGD with momentum (the papers' image tasks) or Adam (the Transformer's and
     DD-PPO's); algorithms that average models or gradients apply it after their communication."""
@@ -143,42 +103,6 @@ def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
                                 weight_decay=h["weight_decay"])
     return torch.optim.SGD(params, lr=h["lr"], momentum=h["momentum"], nesterov=h["nesterov"],
                            weight_decay=h["weight_decay"])
-
-
-def train(cfg: RunConfig, launch: bootstrap.Launch) -> int:
-    """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
-    when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
-    stop = checkpoint.StopRequest()  # first, so that a time-limit signal from now on stops cleanly
-    s = cfg.settings
-    topo = Topology(launch.rank, cfg.nodes, cfg.procs_per_node)
-    master = topo.rank == 0
-    out = cfg.out
-    if master:
-        out.mkdir(parents=True, exist_ok=True)
-        _setup_logging(out / "log.txt")
-    device = bootstrap.pick_device(s["device"], launch.local_rank)
-    threads = s["threads"] or default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
-    torch.set_num_threads(threads)
-    backend = bootstrap.init_process_group(launch, s["collective_timeout_s"], device)
-    # The runner's own resumable state (a checkpoint saves it whole): position and results so far.
-    state = {"epoch": 0, "step": 0, "batches": 0, "samples": 0, "best": -math.inf, "time_to_target_s": None,
-             "epochs_to_target": None, "row": {}}
-    try:
-        status, fields = _train(cfg, launch, topo, device, backend, threads, state, stop)
-        stop.close()
-    except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
-        logger.error("rank %d failed: %s", topo.rank, traceback.format_exc())
-        if master:
-            rundir.write_json_atomic(out / "summary.json", _summary(
-                cfg, "failed", error=f"{type(error).__name__}: {error}", epochs=state["epoch"], steps=state["step"]))
-        return 1
-    if master:
-        rundir.write_json_atomic(out / "summary.json", _summary(cfg, status, **fields))
-        logger.info("%s: %s", status, {k: fields[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
-        if status != "timeout":  # the summary marks the run done: its checkpoint has served
-            checkpoint.remove(out)
-    dist.destroy_process_group()
-    return bootstrap.EXIT_TIMEOUT if status == "timeout" else 0
 
 
 def default_threads(procs_per_node: int, device: torch.device, task: tasks.Task) -> int:
@@ -210,208 +134,204 @@ def loss_accumulator(saved: torch.Tensor | None, device: torch.device) -> torch.
     return torch.zeros((), dtype=torch.float64, device=device) if saved is None else saved.to(device, torch.float64)
 
 
-def _setup_logging(path: Path) -> None:
-    fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
-    for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
-        handler.setFormatter(fmt)
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+@dataclasses.dataclass
+class Loop:
+    """Where the loop stands; a checkpoint saves it whole (with the recorder's state)."""
+
+    epoch: int = 0  # epochs done
+    step: int = 0  # steps per worker done before epoch ``epoch``
+    batches: int = 0  # batches this rank ran
+    samples: int = 0  # samples the job trained on
 
 
-def _train(cfg, launch, topo, device, backend, threads, state, stop) -> tuple[str, dict[str, object]]:
+def train(cfg: RunConfig, launch: launcher.Launch) -> int:
+    """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
+    when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
+    stop = checkpoint.StopRequest()  # first, so that a time-limit signal from now on stops cleanly
     s, h = cfg.settings, cfg.hparams
+    topo = Topology(launch.rank, cfg.nodes, cfg.procs_per_node)
     master, world = topo.rank == 0, topo.world_size
-    # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
-    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=s["collective_timeout_s"]))
-    task = tasks.get(cfg.task)
-    root = Path(s["data_root"]) if s["data_root"] else None
-    train_set, val_set = task.make_datasets(root)
-    torch.manual_seed(cfg.seed)  # same initial model on every rank
-    model = task.make_model().to(device)
-    # Every rank has its data and model before the first collective of the default group (the
-    # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
-    dist.monitored_barrier(group=control, timeout=datetime.timedelta(
-        seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"])), wait_all_ranks=True)
-    algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
-    replicas, shard = algo.data_shard()
-    sampler = checkpoint.ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
-                                          seed=cfg.seed, drop_last=True)
-    decoders = tasks.loader_workers(task, threads, launch.local_size)  # DataLoader worker processes
-    loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, decoders)
-    # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
-    val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256,
-                            **tasks.loader_options(decoders, device))
-    steps_per_epoch = len(loader)
-    if steps_per_epoch == 0:
-        raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
-
-    optimizer = make_optimizer(model.parameters(), h)
-    workers = algo.worker_ranks()
-    schedule = LRSchedule(h, steps_per_epoch, len(workers))
-    # A plain function, which LambdaLR leaves out of its state: the checkpoint saves the schedule itself.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))
-    plan = algorithms.Plan(steps_per_epoch, h["epochs"], tuple(h["milestones"]) if h["schedule"] == "step" else (),
-                           h["warmup_epochs"])
-    train_model = algo.prepare(model, optimizer, plan)
-    torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
-
-    stop.connect(control)
-    resume = checkpoint.load(cfg.out, topo.rank, world)
-    if resume is not None:  # after prepare(): each rank gets back its own model, not rank 0's broadcast
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        schedule.load_state_dict(resume.get("schedule", {}))
-        algo.load_state_dict(resume["algorithm"])
-        state.update(resume["runner"])
-    if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
-        (cfg.out / "summary.json").unlink()
-
-    stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"],
-                            cfg.seed, device)
-    hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
-    run = _Recorder(cfg, algo, resume["record"] if resume else None) if master else None
     if master:
-        rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
-        rundir.write_json_atomic(cfg.out / "env.json", rundir.environment(
-            backend, launch.launcher, hosts, device, launch.slurm_job_id, threads))
-        logger.info("%s on %s: %d nodes x %d procs (%s, %s), %d steps/epoch%s", cfg.algorithm, cfg.task,
-                    cfg.nodes, cfg.procs_per_node, backend, launch.launcher, steps_per_epoch,
-                    f", resumed at epoch {state['epoch']} batch {resume['batch']}" if resume else "")
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        setup_logging(cfg.out / "log.txt")
+    device = launcher.pick_device(s["device"], launch.local_rank)
+    threads = s["threads"] or default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
+    torch.set_num_threads(threads)
+    backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
+    loop, record = Loop(), None
+    try:
+        # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
+        control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=s["collective_timeout_s"]))
+        task = tasks.get(cfg.task)
+        train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
+        torch.manual_seed(cfg.seed)  # same initial model on every rank
+        model = task.make_model().to(device)
+        # Every rank has its data and model before the first collective of the default group (the
+        # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
+        dist.monitored_barrier(group=control, timeout=datetime.timedelta(
+            seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"])), wait_all_ranks=True)
+        algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
+        replicas, shard = algo.data_shard()
+        sampler = checkpoint.ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
+                                              seed=cfg.seed, drop_last=True)
+        decoders = tasks.loader_workers(task, threads, launch.local_size)  # DataLoader worker processes
+        loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, decoders)
+        # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
+        val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256,
+                                **tasks.loader_options(decoders, device))
+        steps_per_epoch = len(loader)
+        if steps_per_epoch == 0:
+            raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
+        optimizer = make_optimizer(model.parameters(), h)
+        workers = algo.worker_ranks()
+        schedule = LRSchedule(h, steps_per_epoch, len(workers))
+        # A plain function, which LambdaLR leaves out of its state: the checkpoint saves the schedule itself.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))
+        milestones = tuple(h["milestones"]) if h["schedule"] == "step" else ()
+        plan = algorithms.Plan(steps_per_epoch, h["epochs"], milestones, h["warmup_epochs"], cfg.seed)
+        train_model = algo.prepare(model, optimizer, plan)
+        torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
+        stop.connect(control)
 
-    from tqdm import tqdm
-
-    skip = resume["batch"] if resume else 0  # batches of the first epoch done before the checkpoint
-    bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=state["step"] + skip, disable=not master or None,
-               unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
-    if resume is not None:
-        checkpoint.set_rng_state(resume["rng_epoch"])
-    dist.barrier()
-    # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
-    t0 = now(device) - (resume["record"]["wall_s"] if resume else 0.0)
-
-    def save_checkpoint(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> None:
-        """All this rank needs to go on from ``batch`` batches into epoch ``state["epoch"]``."""
-        nonlocal t0
-        # The algorithm's state first, on the clock: it may wait for communication in flight (SGP's
-        # messages; the gradient each parameter-server worker is computing, which the master takes).
-        algorithm_state = algo.state_dict()
-        start = now(device)
-        shard = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "scheduler": scheduler.state_dict(), "schedule": schedule.state_dict(),
-                 "algorithm": algorithm_state, "runner": dict(state),
-                 "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
-        record = {"step": state["step"] + batch, "epoch": state["epoch"], "batch": batch,
-                  "wall_s": _global_max(start - t0), "metrics_bytes": run.csv.tell() if master else None}
-        checkpoint.save(cfg.out, topo.rank, world, shard, record, control)
-        pause = now(device) - start
-        t0 += pause  # saving is not training: the clock pauses
+        # Resume: after prepare(), so that each rank gets back its own model, not rank 0's broadcast.
+        stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "schedule": schedule,
+                    "algorithm": algo}
+        resume = checkpoint.restore(cfg.out, topo.rank, world, stateful)
+        record = Recorder(cfg, algo.metric_columns(), writes=master, resume=resume and resume["record"])
+        if resume is not None:
+            loop = Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
+            record.load_state_dict(resume["runner"])
+        if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
+            (cfg.out / "summary.json").unlink()
+        stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"],
+                                cfg.seed, device)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
         if master:
-            logger.info("checkpoint at epoch %d batch %d saved in %.3f s", state["epoch"], batch, pause)
+            rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
+            rundir.write_json_atomic(cfg.out / "env.json", rundir.environment(
+                backend, launch.launcher, hosts, device, launch.slurm_job_id, threads))
+            logger.info("%s on %s: %d nodes x %d procs (%s, %s), %d steps/epoch%s", cfg.algorithm, cfg.task,
+                        cfg.nodes, cfg.procs_per_node, backend, launch.launcher, steps_per_epoch,
+                        f", resumed at epoch {loop.epoch} batch {resume['batch']}" if resume else "")
+        from tqdm import tqdm
 
-    status, steps = "completed", None
-    for epoch in range(state["epoch"], h["epochs"]):
-        sampler.set_epoch(epoch)
-        rng_epoch = checkpoint.rng_state()  # iter(loader) draws from it; a mid-epoch resume replays the draw
-        train_model.train()
-        if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
-            loss_sum, batches = algo.train_epoch(algorithms.Epoch(
-                epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=schedule,
-                step=state["step"], stragglers=stragglers, device=device, progress=bar.update))
-        else:
-            loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
-            batches, stopping = skip, False
-            sampler.skip = skip * h["batch_size"]
-            epoch_batches = iter(loader)
-            if skip:
-                checkpoint.set_rng_state(resume["rng"])
-            skip = 0
-            for x, y in epoch_batches:
-                x, y = tasks.to_device(x, device), tasks.to_device(y, device)
-                stragglers.before_step(state["step"] + batches)
-                optimizer.zero_grad(set_to_none=True)
-                loss = task.loss(train_model(x), y)
-                loss.backward()
-                algo.step()
-                scheduler.step()
-                loss_sum += loss.detach()
-                batches += 1
-                bar.update()
-                stopping = stop.agreed()
-                if stopping:
-                    break
+        skip = resume["batch"] if resume else 0  # batches of the first epoch done before the checkpoint
+        bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=loop.step + skip, disable=not master or None,
+                   unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
+        if resume is not None:
+            checkpoint.set_rng_state(resume["rng_epoch"])
+        dist.barrier()
+        # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
+        t0 = now(device) - (resume["record"]["wall_s"] if resume else 0.0)
+
+        def save(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> float:
+            """Checkpoint ``batch`` batches into epoch ``loop.epoch``; return the seconds it took."""
+            algorithm_state = algo.state_dict()  # on the clock: it may wait for communication in flight
+            start = now(device)
+            shard = {**{k: v.state_dict() for k, v in stateful.items() if k != "algorithm"},
+                     "algorithm": algorithm_state, "runner": {**dataclasses.asdict(loop), **record.state_dict()},
+                     "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
+            checkpoint.save(cfg.out, topo.rank, world, shard, {
+                "step": loop.step + batch, "epoch": loop.epoch, "batch": batch, "wall_s": _global_max(start - t0),
+                "metrics_bytes": record.metrics_bytes()}, control)
+            pause = now(device) - start
+            if master:
+                logger.info("checkpoint at epoch %d batch %d saved in %.3f s", loop.epoch, batch, pause)
+            return pause  # saving is not training: the clock pauses
+
+        status, steps = "completed", None
+        for epoch in range(loop.epoch, h["epochs"]):
+            sampler.set_epoch(epoch)
+            rng_epoch = checkpoint.rng_state()  # iter(loader) draws from it; a mid-epoch resume replays the draw
+            train_model.train()
+            stopping = False
+            if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
+                loss_sum, batches = algo.train_epoch(algorithms.Epoch(
+                    epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=schedule,
+                    step=loop.step, stragglers=stragglers, device=device, progress=bar.update))
+            else:
+                loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
+                batches, sampler.skip = skip, skip * h["batch_size"]
+                epoch_batches = iter(loader)
+                if skip:
+                    checkpoint.set_rng_state(resume["rng"])
+                skip = 0
+                for x, y in epoch_batches:
+                    x, y = tasks.to_device(x, device), tasks.to_device(y, device)
+                    stragglers.before_step(loop.step + batches)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = task.loss(train_model(x), y)
+                    loss.backward()
+                    algo.step()
+                    scheduler.step()
+                    loss_sum += loss.detach()
+                    batches += 1
+                    bar.update()
+                    if stopping := stop.agreed():
+                        break
             if stopping:  # a time limit mid-epoch: checkpoint here, end as timeout
                 logger.info("rank %d: %s at epoch %d batch %d; checkpointing", topo.rank, stop.name, epoch, batches)
-                save_checkpoint(batches, loss_sum, rng_epoch)
-                status, steps = "timeout", state["step"] + batches
+                t0 += save(batches, loss_sum, rng_epoch)
+                status, steps = "timeout", loop.step + batches
                 break
-        state["step"] += steps_per_epoch
-        state["batches"] += batches
-        sums = _reduced([float(loss_sum), float(batches)])  # job-wide mean loss and every rank's batches
-        train_loss = sums[0].item() / max(sums[1].item(), 1.0)
-        state["samples"] += int(sums[1].item()) * h["batch_size"]
-        state["epoch"] = epoch + 1
-        algo.end_epoch(train_loss)
-        if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
-            for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
-                group["lr"] = base * schedule(state["step"])
-        if (epoch + 1) % h["eval_every"] == 0 or epoch + 1 == h["epochs"]:
-            spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
-            val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
-            wall = _global_max(now(device) - t0)
-            comm = _global_mean(algo.comm_s)
-            row = {"epoch": epoch + 1, "step": state["step"], "samples": state["samples"],
-                   "wall_s": wall, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
-                   "lr": optimizer.param_groups[0]["lr"], "comm_s": None if algo.overlaps_comm else comm,
-                   **algo.metrics(), **({"spread": spread} if algo.tracks_spread else {})}
-            state["row"] = row
-            state["best"] = max(state["best"], val_metric)
-            if state["time_to_target_s"] is None and val_metric >= task.target:
-                state["time_to_target_s"], state["epochs_to_target"] = wall, epoch + 1
-            if master:
-                run.log(row)
-                bar.write(f"epoch {epoch + 1:>3}/{h['epochs']}  train_loss {train_loss:.4f}  "
-                          f"val_{task.metric} {val_metric:.4f}  wall {wall:.1f}s", file=sys.stderr)
-            if not math.isfinite(train_loss):
-                status = "diverged"
+            loop.step += steps_per_epoch
+            loop.batches += batches
+            sums = _reduced([float(loss_sum), float(batches)])  # job-wide mean loss and every rank's batches
+            train_loss = sums[0].item() / max(sums[1].item(), 1.0)
+            loop.samples += int(sums[1].item()) * h["batch_size"]
+            loop.epoch = epoch + 1
+            algo.end_epoch(train_loss)
+            if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
+                for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+                    group["lr"] = base * schedule(loop.step)
+            if evaluation_due(epoch, h, train_loss):
+                spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
+                val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
+                row = {"epoch": epoch + 1, "step": loop.step, "samples": loop.samples,
+                       "wall_s": _global_max(now(device) - t0), "train_loss": train_loss, "val_loss": val_loss,
+                       "val_metric": val_metric, "lr": optimizer.param_groups[0]["lr"],
+                       "comm_s": None if algo.overlaps_comm else _global_mean(algo.comm_s), **algo.metrics(),
+                       **({"spread": spread} if algo.tracks_spread else {})}
+                reason = record.record(row)
+                if reason is not None:
+                    status = "diverged" if reason == "diverged" else status
+                    break
+            if epoch + 1 == h["epochs"]:
                 break
-            if state["time_to_target_s"] is not None and s["stop_at_target"]:
+            stopping = stop.agreed(drain=True)  # every flag so far: owns_loop algorithms stop here
+            if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):
+                t0 += save(0, torch.zeros((), dtype=torch.float64), checkpoint.rng_state())
+            if stopping:
+                logger.info("rank %d: %s at the end of epoch %d; checkpointed", topo.rank, stop.name, epoch + 1)
+                status, steps = "timeout", loop.step
                 break
-        if epoch + 1 == h["epochs"]:
-            break
-        stopping = stop.agreed(drain=True)  # every flag so far: owns_loop algorithms stop here
-        if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):
-            save_checkpoint(0, torch.zeros((), dtype=torch.float64), checkpoint.rng_state())
-        if stopping:
-            logger.info("rank %d: %s at the end of epoch %d; checkpointed", topo.rank, stop.name, epoch + 1)
-            status, steps = "timeout", state["step"]
-            break
-    bar.close()
-    algo.close()
-    if master:
-        run.close()
-    if status == "timeout":  # the clock so far; the others end at their last evaluation
-        return status, _fields(state, steps, _global_max(now(device) - t0))
-    return status, _fields(state, state["step"], state["row"].get("wall_s", _global_max(now(device) - t0)))
-
-
-def _fields(state: dict[str, object], steps: int, wall: float) -> dict[str, object]:
-    """summary.json's measurements from the runner's state."""
-    row, best, samples = state["row"], state["best"], state["samples"]
-    return {
-        "time_to_target_s": state["time_to_target_s"], "epochs_to_target": state["epochs_to_target"],
-        "final_metric": row.get("val_metric"), "best_metric": best if math.isfinite(best) else None,
-        "final_train_loss": row.get("train_loss"), "epochs": state["epoch"], "steps": steps,
-        "samples": samples, "wall_s": wall, "throughput": samples / wall if wall else None,
-        "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
-    }
+        bar.close()
+        algo.close()
+        # A timeout's clock is the time so far; the others end at their last evaluation.
+        wall = _global_max(now(device) - t0) if status == "timeout" else record.row.get(
+            "wall_s", _global_max(now(device) - t0))
+        fields = record.fields(loop.epoch, loop.step if steps is None else steps, loop.samples, wall)
+        stop.close()
+    except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
+        logger.error("rank %d failed: %s", topo.rank, traceback.format_exc())
+        if record is not None:
+            record.close(failed=True)
+        if master:
+            rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(
+                cfg, "failed", error=f"{type(error).__name__}: {error}", epochs=loop.epoch, steps=loop.step))
+        return 1
+    record.finish(status, fields)
+    if master and status != "timeout":  # the summary marks the run done: its checkpoint has served
+        checkpoint.remove(cfg.out)
+    dist.destroy_process_group()
+    return EXIT_TIMEOUT if status == "timeout" else 0
 
 
 def _reduced(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
     """All-reduce a few numbers over the job; on the rank's device where the job's group is the
     device's (NCCL takes no CPU tensors)."""
-    t = torch.tensor(values, dtype=torch.float64, device=bootstrap.group_device())
+    t = torch.tensor(values, dtype=torch.float64, device=launcher.group_device())
     dist.all_reduce(t, op=op)
     return t.cpu()
 
@@ -424,57 +344,5 @@ def _global_max(value: float) -> float:
     return _reduced([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
-class _Recorder:
-    """Rank 0's sinks for metrics: metrics.csv always, wandb unless ``--set wandb=false``.
-
-    A resumed run appends to metrics.csv from where its checkpoint was taken (``resume``, the
-    checkpoint's record) and starts a new offline wandb run tagged ``resumed``.
-    """
-
-    def __init__(self, cfg: RunConfig, algo: algorithms.Algorithm, resume: dict[str, object] | None) -> None:
-        self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", list(algo.metrics()) + ["spread"] * algo.tracks_spread,
-                                        resume["metrics_bytes"] if resume else None)
-        self.wandb = _init_wandb(cfg, resume["step"] if resume else None) if cfg.settings["wandb"] else None
-
-    def log(self, row: dict[str, object]) -> None:
-        self.csv.write(row)
-        if self.wandb is not None:
-            numeric = {_wandb_key(k): v for k, v in row.items() if isinstance(v, (int, float))}
-            self.wandb.log(numeric, step=row["step"])
-
-    def close(self) -> None:
-        self.csv.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
-def _wandb_key(column: str) -> str:
-    keys = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
-            "wall_s": "time/wall_s", "comm_s": "time/comm_s", "samples": "train/samples", "epoch": "epoch"}
-    return keys.get(column, f"algo/{column}")
-
-
-def _init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
-    """An offline wandb run inside the run directory, grouped by suite, typed by algorithm.
-
-    A resumed run is a new wandb run of the same name, tagged ``resumed``, whose config says the step
-    it resumed at (wandb's own resume needs its server; offline runs are synced later, one by one).
-    """
-    os.environ.setdefault("WANDB_SILENT", "true")
-    resumed = ["resumed"] if resumed_at_step is not None else []
-    try:
-        import wandb
-
-        return wandb.init(
-            project=cfg.settings["wandb_project"], group=cfg.settings["suite"], job_type=cfg.algorithm,
-            name=cfg.run_id, tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
-            config={**cfg.to_json(), "resumed_at_step": resumed_at_step}, dir=str(cfg.out),
-            mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
-        )
-    except Exception as error:  # noqa: BLE001 - wandb trouble must not cost the run
-        logger.warning("wandb disabled for this run: %s", error)
-        return None
-
-
 if __name__ == "__main__":
-    bootstrap.exit_process(main())
+    launcher.exit_process(main())

@@ -16,14 +16,28 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import tasks
+
 METRIC_COLUMNS = ["epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s"]
-STATUSES = ("completed", "failed", "diverged", "timeout")
+MEASUREMENTS = ("time_to_target_s", "epochs_to_target", "final_metric", "best_metric", "final_train_loss", "epochs",
+                "steps", "samples", "wall_s", "throughput", "comm_share")
 
 
 def write_json_atomic(path: Path, payload: dict[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def summary(cfg, status: str, error: str | None = None, clock: str = "wall", **fields: object) -> dict[str, object]:
+    """summary.json: the run's identity, its status, its measurements (``None`` where it has none yet)."""
+    task = tasks.get(cfg.task)
+    identity = {k: v for k, v in cfg.to_json().items() if k not in ("hparams", "algorithm_params", "settings")}
+    unknown = set(fields) - set(MEASUREMENTS)
+    if unknown:
+        raise TypeError(f"summary() got fields that summary.json does not have: {sorted(unknown)}")
+    return {"status": status, **identity, **dict.fromkeys(MEASUREMENTS), **fields, "metric": task.metric,
+            "target": task.target, "clock": clock, "error": error}
 
 
 def read_summary(out: Path) -> dict[str, object] | None:

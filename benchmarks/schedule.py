@@ -15,7 +15,8 @@ then cosine; ``algorithms/hogwild.py:lr_at``) whatever the task's schedule. It s
   epoch, PyTorch's ``ReduceLROnPlateau(mode="min", factor=gamma, patience=plateau_patience,
   threshold=plateau_threshold, threshold_mode="rel", min_lr=min_lr)`` reads the job-wide mean
   training loss. As in PyTorch, the lr drops on the ``patience + 1``-th consecutive epoch whose loss
-  is not below ``best * (1 - threshold)`` (spec daso.md, A8).
+  is not below ``best * (1 - threshold)``: our reading of the DASO papers' "stable for 5 epochs"
+  (arXiv v1 Sec. 4.1; J. Big Data Table 1), as Heat's ``examples/nn/imagenet-DASO.py`` uses it.
 
 Only ``plateau`` has state (the best loss, the count of bad epochs, the current factor); the runner
 saves it in each checkpoint (``state_dict``).

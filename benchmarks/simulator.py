@@ -1,6 +1,6 @@
 """The simulator: P asynchronous workers in one process on a virtual clock (``--set clock=simulated``).
 
-This is how the DANA paper produced most of its results (spec dana.md, 7.2): one machine studies
+This is how the DANA paper produced most of its results (arXiv:1907.11612, Sec. 5): one machine studies
 the convergence of 4-64 workers. Worker i computes a gradient on the vector it was last sent; its
 batch takes a time drawn from the straggler model (``straggler=gamma`` homogeneous, ``gamma_het``
 heterogeneous, ``none`` all equal, mean ``sim_step_ms``), plus one message each way under an
@@ -22,9 +22,9 @@ lr, warmed up from lr / P. Without ``scale_lr`` both get the lr as given, which 
 of updates (P times fewer at the same lr).
 
 The run directory is the usual one; times are simulated seconds and ``summary.json`` says
-``clock: simulated``. One data stream (a shuffle per epoch) feeds the workers in dispatch order
-(spec A-19); an epoch is M/B master updates (A-12). Batch-norm statistics are one shared set, updated
-by every worker's forward pass (A-18).
+``clock: simulated``. One data stream (a shuffle per epoch) feeds the workers in dispatch order and an
+epoch is M/B master updates (our readings; the paper's Sec. 5 and App. A.5 leave both open). Batch-norm
+statistics are one shared set, updated by every worker's forward pass (our reading; the paper is silent).
 """
 
 from __future__ import annotations
@@ -42,15 +42,13 @@ from torch.utils.data import DataLoader
 
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
-from benchmarks import dist as bootstrap
-from benchmarks import rundir, tasks
+from benchmarks import launcher, rundir, tasks
 from benchmarks.config import RunConfig
+from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 
 logger = logging.getLogger("benchmarks.run")
-
-SIMULATED = ("asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc", "allreduce", "ddp")
 
 
 class Clock:
@@ -78,17 +76,15 @@ class Clock:
 
 def simulate(cfg: RunConfig) -> int:
     """Run ``cfg`` on the virtual clock and write its run directory; returns the exit code."""
-    from benchmarks import run as runner  # the run directory's writers live with the real loop
-
     s, h = cfg.settings, cfg.hparams
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
-    runner._setup_logging(out / "log.txt")
+    setup_logging(out / "log.txt")
     torch.set_num_threads(s["threads"] or 1)
     task = tasks.get(cfg.task)
     root = Path(s["data_root"]) if s["data_root"] else None
     train_set, val_set = task.make_datasets(root)
-    device = bootstrap.pick_device(s["device"], 0)  # the logical workers' gradients on the GPU where present
+    device = launcher.pick_device(s["device"], 0)  # the logical workers' gradients on the GPU where present
     torch.manual_seed(cfg.seed)
     model = task.make_model().to(device)
     theta = parameters_to_vector(model.parameters()).detach().clone()
@@ -118,14 +114,13 @@ def simulate(cfg: RunConfig) -> int:
     env = rundir.environment("none", "simulator", [platform.node()], device, None,
                              torch.get_num_threads())
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated"})
-    csv = rundir.MetricsWriter(out / "metrics.csv", ["gap", "lag", "sim_compute_s"])
-    wandb_run = runner._init_wandb(cfg) if s["wandb"] else None
+    record = Recorder(cfg, ["gap", "lag", "sim_compute_s"], writes=True, clock="simulated")
     from tqdm import tqdm
 
     bar = tqdm(total=h["epochs"] * updates_per_epoch, unit="update", desc=f"{cfg.algorithm}/{cfg.task} (simulated)",
                mininterval=1.0, leave=False)
     data = torch.Generator().manual_seed(cfg.seed)
-    now, updates, status, best, tta, epochs_to_target, row = 0.0, 0, "completed", -math.inf, None, None, {}
+    now, updates, status = 0.0, 0, "completed"
     compute_s = 0.0
     logger.info("%s on %s: %d simulated workers (%s), %d updates/epoch", cfg.algorithm, cfg.task, workers,
                 s["straggler"], updates_per_epoch)
@@ -163,7 +158,7 @@ def simulate(cfg: RunConfig) -> int:
         master.end_epoch()
         train_loss = loss_sum / updates_per_epoch
         lr_factor.end_epoch(epoch, train_loss)
-        if math.isfinite(train_loss) and (epoch + 1) % h["eval_every"] and epoch + 1 != h["epochs"]:
+        if not evaluation_due(epoch, h, train_loss):
             continue
         with torch.no_grad():
             vector_to_parameters(master.params, model.parameters())
@@ -173,33 +168,12 @@ def simulate(cfg: RunConfig) -> int:
                "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
                "comm_s": None, "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
                "lag": 0.0 if synchronous else lag_sum / updates_per_epoch, "sim_compute_s": compute_s}
-        csv.write(row)
-        if wandb_run is not None:
-            wandb_run.log({runner._wandb_key(k): v for k, v in row.items() if isinstance(v, (int, float))},
-                          step=updates)
-        bar.write(f"epoch {epoch + 1:>3}/{h['epochs']}  train_loss {train_loss:.4f}  val_{task.metric} "
-                  f"{val_metric:.4f}  simulated {now:.1f}s  gap {row['gap']:.2e}", file=sys.stderr)
-        best = max(best, val_metric) if math.isfinite(val_metric) else best
-        if tta is None and val_metric >= task.target:
-            tta, epochs_to_target = now, epoch + 1
-        if not math.isfinite(train_loss):
-            status = "diverged"
-            break
-        if tta is not None and s["stop_at_target"]:
+        if (reason := record.record(row)) is not None:
+            status = "diverged" if reason == "diverged" else status
             break
     bar.close()
-    csv.close()
-    if wandb_run is not None:
-        wandb_run.finish()
-    samples = row.get("samples", 0)
-    summary = runner._summary(
-        cfg, status, time_to_target_s=tta, epochs_to_target=epochs_to_target, final_metric=row.get("val_metric"),
-        best_metric=best if math.isfinite(best) else None, final_train_loss=row.get("train_loss"),
-        epochs=row.get("epoch", 0), steps=updates, samples=samples, wall_s=now,
-        throughput=samples / now if now else None, comm_share=None)
-    summary["clock"] = "simulated"
-    rundir.write_json_atomic(out / "summary.json", summary)
-    logger.info("%s (simulated): %s", status, {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
+    samples = record.row.get("samples", 0)
+    record.finish(status, record.fields(record.row.get("epoch", 0), updates, samples, now))
     return 0
 
 

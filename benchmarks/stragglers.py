@@ -3,11 +3,13 @@
 Kinds (the ``straggler`` setting):
 
 - ``none``: nothing is injected.
-- ``fixed``: WAGMA-SGD's imbalance (spec wagma.md, 4.3). At every step exactly ``ranks`` distinct
-  workers sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every rank
-  knows the same set without communicating. The paper delays 2 of 64 ranks by 320 ms.
-- ``gamma`` and ``gamma_het``: DANA's execution-time model (spec dana.md, 7.1, the CVB method of
-  Ali et al. 2000). Every rank sleeps a gamma-distributed time of mean ``delay_ms`` before each step.
+- ``fixed``: WAGMA-SGD's imbalance (arXiv:2005.00124, Sec. 5.2). At every step exactly ``ranks``
+  distinct workers sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every
+  rank knows the same set without communicating (our reading of "randomly select two processes at
+  every training step"). The paper delays 2 of 64 ranks by 320 ms.
+- ``gamma`` and ``gamma_het``: DANA's execution-time model (arXiv:1907.11612, App. A.4, Algs. 11-12,
+  the CVB method of Ali et al. 2000). Every rank sleeps a gamma-distributed time of mean ``delay_ms``
+  before each step.
   ``gamma`` is the homogeneous cluster: i.i.d. times with coefficient of variation 0.1.
   ``gamma_het`` is the heterogeneous cluster: each worker first draws its own mean speed from a gamma
   law with CV 0.6, then its per-batch times have CV 0.1 around it. The simulator draws its per-batch
@@ -34,8 +36,9 @@ class GammaTimes:
     """Per-batch execution times of ``workers`` workers under DANA's gamma model.
 
     The paper writes the mean as "B * V^2"; that is the gamma *scale*, with shape ``1/V^2``, so the
-    mean is B (spec dana.md, A-20): this reading reproduces the paper's straggler rates (P(t > 1.25
-    mean) = 0.93 % homogeneous, 27.86 % heterogeneous).
+    mean is B (our reading of App. A.4, which Sec. 5's "mean execution time of B" supports): it gives
+    the paper's straggler rates (P(t > 1.25 mean) = 0.93 % homogeneous, 27.86 % heterogeneous; App. A.4
+    states 1 % and 27.9 %).
 
     Args:
         kind: ``gamma`` (homogeneous) or ``gamma_het`` (heterogeneous).

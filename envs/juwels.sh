@@ -69,7 +69,7 @@ _dpb_juwels() {
 
   # Compute nodes have no internet: wandb writes offline runs (`wandb sync` them from a login node).
   export WANDB_MODE=offline
-  # The ranks meet at the first node's InfiniBand name (jwb0001 -> jwb0001i); benchmarks/dist.py
+  # The ranks meet at the first node's InfiniBand name (jwb0001 -> jwb0001i); benchmarks/launcher.py
   # does this on JUWELS by default, the variable makes it explicit.
   export DPB_MASTER_SUFFIX=i
   # ASSUMPTION (JSC's advice for NCCL on the Booster, not measured here): bootstrap NCCL and gloo

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from benchmarks import dist as bootstrap
+from benchmarks import launcher
 
 
 def _entry(rank: int, world: int, store: str, fn: Callable, args: tuple) -> None:
@@ -24,8 +24,8 @@ def _entry(rank: int, world: int, store: str, fn: Callable, args: tuple) -> None
         fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
-    # Done: skip the interpreter's teardown, as a rank of the suite does (bootstrap.exit_process).
-    bootstrap.exit_process(0)
+    # Done: skip the interpreter's teardown, as a rank of the suite does (launcher.exit_process).
+    launcher.exit_process(0)
 
 
 def run_on(world: int, fn: Callable, *args: object) -> None:

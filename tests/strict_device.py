@@ -134,12 +134,18 @@ def _rebuild_shared(inner: torch.Tensor, requires_grad: bool, is_param: bool) ->
 _lib = torch.library.Library("aten", "IMPL")
 
 
+# The device allocates in shared memory. CUDA memory can be handed to another process in place (CUDA
+# IPC); a private CPU tensor is moved to shared memory when first pickled, and torch.multiprocessing's
+# queues pickle in a background thread, so a write made meanwhile by the producer would be lost, a
+# race that CUDA does not have (LAP/LPP's batch slots, written by the feed thread right after set-up,
+# lost their first labels this way). An op's result is still private and moves at its first sharing.
+
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return DeviceTensor(torch.empty(size, dtype=dtype, memory_format=memory_format))
+    return DeviceTensor(torch.empty(size, dtype=dtype, memory_format=memory_format).share_memory_())
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return DeviceTensor(torch.empty_strided(size, stride, dtype=dtype))
+    return DeviceTensor(torch.empty_strided(size, stride, dtype=dtype).share_memory_())
 
 
 def _copy_from(src, dst, non_blocking=False):

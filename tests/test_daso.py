@@ -1,5 +1,6 @@
-"""DASO: the merge formula, the event timeline of the spec (section 3.3), equal models at every epoch
-end, the B/S schedule on a synthetic plateau, and training on the virtual cluster."""
+"""DASO: the merge formula (arXiv:2104.05588, Eq. 2), the event timeline of Heat 1.0.0's `DASO.step`,
+equal models at every epoch end, the B/S schedule on a synthetic plateau, and training on the virtual
+cluster."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def timeline(B: int, S: int, batches: int, groups: int = 4, heat_quirks: bool = 
     return out
 
 
-# The table of spec section 3.3 (G = 4, epochs of 10 batches): sends and merges before the last batch.
+# Heat 1.0.0 `DASO.step` (heat/optim/dp_optimizer.py), traced for G = 4 and epochs of 10 batches: sends
+# and merges before the last batch (our reading of the cycling steps, arXiv:2104.05588 Fig. 5).
 SPEC_TIMELINE = {
     (1, 1): (list(range(9)), list(range(1, 9))),
     (2, 1): ([0, 2, 4, 6, 8], [2, 4, 6, 8]),

@@ -17,7 +17,7 @@ import algorithms.ddp
 from algorithms.base import Plan
 from algorithms.topology import Topology
 from benchmarks import checkpoint, run, tasks
-from benchmarks import dist as bootstrap
+from benchmarks import launcher
 from benchmarks.stragglers import Stragglers
 
 
@@ -34,9 +34,9 @@ def gpus(monkeypatch):
 
 def test_two_virtual_nodes_on_one_machine_take_four_distinct_gpus(gpus):
     # The local launcher's 2 nodes x 2 processes: LOCAL_RANK is 0, 1, 0, 1 (the rank in its virtual node).
-    launches = [bootstrap.detect(bootstrap.rank_environment(rank, 2, 2, port=29999, threads=1)) for rank in range(4)]
+    launches = [launcher.detect(launcher.rank_environment(rank, 2, 2, port=29999, threads=1)) for rank in range(4)]
     assert [launch.launcher for launch in launches] == ["local"] * 4
-    devices = [bootstrap.pick_device("auto", launch.local_rank) for launch in launches]
+    devices = [launcher.pick_device("auto", launch.local_rank) for launch in launches]
     assert [d.index for d in devices] == [0, 1, 2, 3] and gpus == [0, 1, 2, 3]
     assert {launch.local_size for launch in launches} == {4}  # all four share this machine's CPUs
 
@@ -46,21 +46,21 @@ def test_srun_ranks_take_the_gpu_of_their_local_id(gpus):
     for rank in range(4, 8):
         env = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "8", "SLURM_LOCALID": str(rank - 4), "SLURM_STEP_ID": "0",
                "SLURM_JOB_ID": "7", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "MASTER_ADDR": "jwb0001i"}
-        launch = bootstrap.detect(env)
+        launch = launcher.detect(env)
         assert (launch.launcher, launch.rank, launch.local_rank, launch.local_size) == ("srun", rank, rank - 4, 4)
-        assert bootstrap.pick_device("cuda", launch.local_rank).index == (rank - 4) % 4
+        assert launcher.pick_device("cuda", launch.local_rank).index == (rank - 4) % 4
     assert gpus == [0, 1, 2, 3]
 
 
 def test_local_position_per_launcher():
     env = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_LOCALID": "2", "SLURM_NTASKS_PER_NODE": "4"}
-    assert bootstrap.local_position("local", 5, 8, env) == (5, 8)  # one machine: the global rank
-    assert bootstrap.local_position("torchrun", 5, 8, env) == (1, 2)
-    assert bootstrap.local_position("mpirun", 5, 8, env) == (3, 4)
-    assert bootstrap.local_position("srun", 5, 8, env) == (2, 4)
-    assert bootstrap.local_position("srun", 5, 8, {"SLURM_LOCALID": "1"}) == (1, 8)  # count unknown: the job's
-    assert bootstrap.local_position("mpirun", 5, 8, {}) == (5, 8)  # nothing said: the global rank
+    assert launcher.local_position("local", 5, 8, env) == (5, 8)  # one machine: the global rank
+    assert launcher.local_position("torchrun", 5, 8, env) == (1, 2)
+    assert launcher.local_position("mpirun", 5, 8, env) == (3, 4)
+    assert launcher.local_position("srun", 5, 8, env) == (2, 4)
+    assert launcher.local_position("srun", 5, 8, {"SLURM_LOCALID": "1"}) == (1, 8)  # count unknown: the job's
+    assert launcher.local_position("mpirun", 5, 8, {}) == (5, 8)  # nothing said: the global rank
 
 
 def test_ddp_gets_no_device_ids_for_a_cpu_model_where_cuda_is_available(monkeypatch):

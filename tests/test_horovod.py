@@ -24,7 +24,7 @@ import algorithms
 from algorithms.ddp import DDP
 from algorithms.horovod import Horovod
 from algorithms.topology import Topology
-from benchmarks import dist as bootstrap
+from benchmarks import launcher
 from benchmarks.tasks import digits
 from tests.distributed import run_on
 
@@ -71,10 +71,10 @@ def _train(rank: int, world: int, name: str, out: str, knobs: dict[str, object])
 
 def _worker(out: str) -> None:
     """One rank under mpirun or horovodrun: join as the runner does, then train."""
-    launch = bootstrap.detect()
+    launch = launcher.detect()
     assert launch is not None, "started without a launcher"
     torch.set_num_threads(1)
-    bootstrap.init_process_group(launch, timeout_s=60, device=torch.device("cpu"))
+    launcher.init_process_group(launch, timeout_s=60, device=torch.device("cpu"))
     try:
         _train(launch.rank, launch.world_size, "horovod", out, {})
         if launch.rank == 0:
@@ -170,4 +170,4 @@ def test_knob_is_checked_and_a_missing_horovod_says_how_to_build(monkeypatch):
 
 if __name__ == "__main__":
     _worker(sys.argv[1])
-    bootstrap.exit_process(0)  # as the suite's ranks end (an error above exits 1 on its own)
+    launcher.exit_process(0)  # as the suite's ranks end (an error above exits 1 on its own)

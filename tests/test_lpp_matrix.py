@@ -1,10 +1,11 @@
 """The LPP-SGD paper's matrix (config/lpp.yaml) resolves to the paper's settings, run by run.
 
 Every run is resolved as the workflow resolves it (``benchmarks.config.matrices``, then each run's
-``overrides_for`` and ``resolve``), and checked against numbers read by hand from the spec
-(``../shared/specs/lpp_sgd.md``): the K = 1 phase ends at T/2 for post-local SGD as for LAP/LPP-SGD
-(3.4, 4.2), ImageNet runs with Nesterov, weight decay 5e-5 (3.6) and Table 8's local batches, and
-ResNet-20 with Table 1's recipe (Table 13).
+``overrides_for`` and ``resolve``), and checked against numbers read by hand from the paper
+(arXiv:2203.06638) and its code (github.com/bapi/LPP-SGD): the K = 1 phase ends at T/2 for post-local
+SGD as for LAP/LPP-SGD (Sec. 3, Synchronization Frequency Scheme; Table 1's caption), ImageNet runs
+with Nesterov (the code's ``--nesterov``), weight decay 5e-5 (Table 13) and Table 8's local batches,
+and ResNet-20 with Table 1's recipe (Table 13).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from benchmarks import config as run_config
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = {"lap_sgd", "lpp_sgd", "ddp", "allreduce", "post_local_sgd"}
 DATA_PARALLEL = {"ddp", "allreduce", "post_local_sgd"}  # the paper's MB-SGD and PL-SGD
-# Epoch at which K = 1 ends, T/2 (spec 3.4: 150 of 300, 100 of 200, 45 of 90).
+# Epoch at which K = 1 ends, T/2 (Sec. 3, Synchronization Frequency Scheme: 150 of 300, 100 of 200, 45 of 90).
 SWITCH = {"cifar10_resnet20": 150, "cifar100_resnet20": 150, "cifar10_squeezenet": 100,
           "cifar100_squeezenet": 100, "cifar10_wrn16_8": 100, "cifar100_wrn16_8": 100,
           "imagenet_resnet50": 45}
@@ -96,7 +97,7 @@ def test_imagenet_runs_use_the_papers_optimizer_batches_and_lr():
         assert h["batch_size"] == (128 if cfg.algorithm in DATA_PARALLEL else 32), cfg.run_id
         if cfg.algorithm not in DATA_PARALLEL:
             assert cfg.algorithm_params["updaters"] == 4 and cfg.algorithm_params["period"] == 8, cfg.run_id
-        # alpha_w = 0.0125 x B_loc x Q / 32 (spec 3.5): at Q = 8, 0.4 for MB/PL and 0.1 for LAP.
+        # alpha_w = 0.0125 x B_loc x Q / 32 (Table 13's caption): at Q = 8, 0.4 for MB/PL and 0.1 for LAP.
         assert h["lr"] == pytest.approx(0.0125 * h["batch_size"] * q / 32), cfg.run_id
     at_8 = {cfg.algorithm: cfg for cfg in imagenet if cfg.world_size == 8}
     assert at_8["ddp"].hparams["lr"] == pytest.approx(0.4)

@@ -1,4 +1,5 @@
-"""LAP-SGD and LPP-SGD: the spec's block boundaries, partial steps, the lr rules, the averaging step,
+"""LAP-SGD and LPP-SGD (arXiv:2203.06638): the block boundaries of `get_indices` in
+github.com/bapi/LPP-SGD train/LPPSGD.py (Section 3, Eq. 10), partial steps, the lr rules, the averaging step,
 batches on the model's device and the feed thread's GPU, no deadlock across 200 averaging rounds with
 uneven ranks, a straggler's delays in series, the digits target end to end, and the paper matrix's
 dry run."""
@@ -29,7 +30,7 @@ from algorithms.hogwild import (Schedule, Updater, UpdaterPool, _fill, apply_ave
                                 contiguous_blocks, lr_at, sgd_step_, warmed_up_lr)
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
-from benchmarks import models
+from benchmarks.tasks import models
 from benchmarks.stragglers import Stragglers
 from benchmarks.tasks import digits
 

@@ -1,4 +1,5 @@
-"""The real parameter server's data and epochs (spec dana.md A-12, A-19): one stream dealt out in the
+"""The real parameter server's data and epochs (our reading of the DANA paper, whose Sec. 5 and App. A.5
+leave both open): one stream dealt out in the
 order the workers ask, an epoch of M/B master updates from whichever workers deliver them, and no
 worker waiting at an epoch boundary beyond the evaluation."""
 

@@ -20,7 +20,7 @@ import yaml
 
 import algorithms
 from benchmarks import config as run_config
-from benchmarks import dist
+from benchmarks import launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "profiles"))
@@ -163,7 +163,7 @@ def test_time_limit_fails_the_job_keeps_the_checkpoint_and_the_next_invocation_r
     ("node[7,9]-ib", "node7-ib"), ("localhost", "localhost"), ("", ""),
 ])
 def test_first_host_of_a_slurm_host_list(nodelist, first):
-    assert dist.first_host(nodelist) == first
+    assert launcher.first_host(nodelist) == first
 
 
 def _srun_env(monkeypatch, nodelist: str, **extra: str) -> None:
@@ -187,7 +187,7 @@ def _srun_env(monkeypatch, nodelist: str, **extra: str) -> None:
 ])
 def test_srun_rendezvous_address(monkeypatch, nodelist, extra, addr):
     _srun_env(monkeypatch, nodelist, **extra)
-    launch = dist.detect()
+    launch = launcher.detect()
     assert (launch.launcher, launch.rank, launch.world_size, launch.slurm_job_id) == ("srun", 1, 8, "77")
     assert launch.master_addr == addr
     if "MASTER_PORT" not in extra:  # from the job and step ids, the same on every rank of the step

@@ -21,7 +21,8 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmarks import models, tasks
+from benchmarks import tasks
+from benchmarks.tasks import models
 from benchmarks.tasks import DataRootError
 
 CIFAR_TASKS = [name for name in tasks.names() if name.startswith("cifar")]
@@ -270,7 +271,7 @@ def _count(model: torch.nn.Module) -> tuple[int, int]:
 def test_parameter_counts_match_the_specs() -> None:
     tensors, count = _count(models.resnet20(10))
     assert 260_000 <= count <= 280_000
-    # lpp_sgd.md, Section 3.2: tensors and parameters of LPP-SGD's model definitions.
+    # Tensors and parameters of LPP-SGD's model definitions (github.com/bapi/LPP-SGD models/), counted by us.
     assert (tensors, count) == (65, 272_474)
     assert _count(models.resnet20(100)) == (65, 278_324)
     assert _count(models.squeezenet_cifar(10)) == (102, 734_986)

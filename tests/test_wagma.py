@@ -33,7 +33,7 @@ def groups(p: int, s: int, t: int, printed: bool = False) -> list[tuple[int, ...
 def test_schedule_reproduces_the_papers_example():
     assert groups(8, 4, 0) == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert groups(8, 4, 1) == [(0, 1, 4, 5), (2, 3, 6, 7)]
-    # Algorithm 1 as printed gives groups of 2 at t = 1 (the erratum of spec 2.2).
+    # Algorithm 1 as printed (Sec. 3.2, line 6: cumulative mask <<= shift) gives groups of 2 at t = 1.
     assert groups(8, 4, 1, printed=True) == [(0, 4), (1, 5), (2, 6), (3, 7)]
 
 
@@ -115,7 +115,7 @@ def algorithm2(grads: list[int], group_size: int, period: int, steps: int,
             # lines 10-13: W_sum / S if fresh, else (W_sum + W'_t) / (S + 1)
             w = [(sums[r] + local[r]) / (group_size + 1) if r == stale else sums[r] / group_size
                  for r in range(p)]
-        send = local  # "the send buffer is updated by W'_t": every iteration, global ones included (A9(a))
+        send = local  # "the send buffer is updated by W'_t" at every iteration, global ones too (our reading)
         history.append(w)
     return history
 
@@ -135,7 +135,7 @@ def algorithm2(grads: list[int], group_size: int, period: int, steps: int,
 #   t=4 {0,1},{2,3}  W' = (-3, -29/3, -3, -5)      -> (-19/3, -19/3, -4, -4)
 #   t=5 global       W' = (-19/3, -31/3, -4, -4)   -> all (-19/3 - 31/3 - 8) / 4 = -37/6
 # Had the send buffer kept W'_1 = -6 across the global average (issue 14), t=3 would give rank 3
-# -9/2 and rank 1 -16/3; had it taken the averaged model -3 (A9(b)), -3 and -13/3.
+# -9/2 and rank 1 -16/3; had it taken the averaged model -3 (the other reading), -3 and -13/3.
 LATE_RANK, LATE_STEP, GRADS = 1, 3, [0, 4, 0, 0]
 AFTER_SYNC = [[-2, -2, 0, 0], [-1, -3, -1, -3], [-3, -3, -3, -3], [-3, Fraction(-17, 3), -3, -5],
               [Fraction(-19, 3), Fraction(-19, 3), -4, -4], [Fraction(-37, 6)] * 4]

@@ -59,7 +59,8 @@ HPARAM_KEYS = (
     "eval_every",  # epochs between evaluations
 )
 # Keys a task need not give, with the value it gets: SGD (Adam's keys keep PyTorch's defaults), and
-# the plateau schedule's settings of the DASO papers' ImageNet runs (spec daso.md, Section 6.3).
+# the plateau schedule's settings of the DASO papers' ImageNet runs (patience 5: "stable for 5 epochs",
+# arXiv v1 Sec. 4.1 / J. Big Data Table 1; threshold and min_lr: Heat's examples/nn/imagenet-DASO.py).
 HPARAM_DEFAULTS = {"optimizer": "sgd", "betas": [0.9, 0.999], "eps": 1e-8,
                    "plateau_patience": 5, "plateau_threshold": 0.05, "min_lr": 1e-4}
 

@@ -3,13 +3,14 @@
 Data: the python version of the datasets, as extracted from the official archives:
 ``data_root/cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``, ``test_batch``,
 ``batches.meta``) and ``data_root/cifar-100-python/`` (``train``, ``test``, ``meta``), read by
-torchvision's CIFAR classes with ``download=False``. Augmentation as LPP-SGD's code and dana.md's
-A-19: random 32x32 crop of the 4-pixel zero-padded image and horizontal flip; validation images are
-only normalised, with LPP-SGD's per-channel constants (lpp_sgd.md, Section 5.1).
+torchvision's CIFAR classes with ``download=False``. Augmentation as LPP-SGD's code
+(github.com/bapi/LPP-SGD, ``dataloaders/data_loader_CIFAR.py``; the DANA paper names none): random
+32x32 crop of the 4-pixel zero-padded image and horizontal flip; validation images are only
+normalised, with that file's per-channel constants.
 
-Recipes (``../shared/specs/``): DANA, Section 8.2, for ResNet-20/CIFAR-10 and WRN-16-4/CIFAR-10;
-LPP-SGD, Table 13, for ResNet-20/CIFAR-100, WRN-16-8 and SqueezeNet. Both use a per-worker batch of
-128, peak lr 0.1 for one worker, Nesterov momentum 0.9 (DANA: "NAG"; LPP-SGD's code passes
+Recipes: DANA (arXiv:1907.11612), App. A.5, for ResNet-20/CIFAR-10 and WRN-16-4/CIFAR-10; LPP-SGD
+(arXiv:2203.06638), Table 13, for ResNet-20/CIFAR-100, WRN-16-8 and SqueezeNet. Both use a per-worker
+batch of 128, peak lr 0.1 for one worker, Nesterov momentum 0.9 (DANA: "NAG"; LPP-SGD's code passes
 ``--nesterov``) and a 5-epoch warm-up. ``lr`` is the single-worker rate: DANA keeps it at any
 cluster size, LPP-SGD scales it by the number of GPUs, so a matrix that scales sets ``lr``.
 
@@ -28,9 +29,9 @@ from pathlib import Path
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks import models
+from benchmarks.tasks import models
 from benchmarks.tasks import DataRootError, Task, require_data_root
-from benchmarks.vision import torchvision
+from benchmarks.tasks.vision import torchvision
 
 _tv = torchvision()
 
@@ -63,7 +64,7 @@ class CIFAR100Files(_PresenceCheck, _tv.datasets.CIFAR100):
     """torchvision's CIFAR-100 reading ``root/cifar-100-python/`` without md5 checks."""
 
 
-# Per-channel mean and std of LPP-SGD's code (lpp_sgd.md, Section 5.1).
+# Per-channel mean and std of LPP-SGD's code (``dataloaders/data_loader_CIFAR.py``).
 _NORMALIZE = {
     CIFAR10Files: ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
     CIFAR100Files: ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
@@ -125,13 +126,13 @@ def _recipe(*, epochs: int, milestones: list[int], gamma: float, weight_decay: f
 
 
 # Each task calls its recipe, so that no two tasks share a mutable hparams dict.
-# dana.md, Section 8.2, row "CIFAR-10 ResNet-20".
+# DANA paper, App. A.5, "CIFAR-10 ResNet-20".
 _DANA_RESNET20 = functools.partial(_recipe, epochs=160, milestones=[80, 120], gamma=0.1, weight_decay=1e-4)
-# dana.md, Section 8.2, row "CIFAR-10/100 Wide ResNet 16-4".
+# DANA paper, App. A.5, "CIFAR-10/100 Wide ResNet 16-4".
 _DANA_WRN = functools.partial(_recipe, epochs=200, milestones=[60, 120, 160], gamma=0.2, weight_decay=5e-4)
-# lpp_sgd.md, Table 13, row "Table 11" (ResNet-20/CIFAR-100).
+# LPP-SGD paper, Table 13, row "Table 11" (ResNet-20/CIFAR-100).
 _LPP_RESNET20 = functools.partial(_recipe, epochs=300, milestones=[150, 225], gamma=0.1, weight_decay=5e-4)
-# lpp_sgd.md, Table 13, rows "Table 4/5/6/12" (WRN-16-8 and SqueezeNet, both datasets).
+# LPP-SGD paper, Table 13, rows "Table 4/5/6/12" (WRN-16-8 and SqueezeNet, both datasets).
 _LPP_200 = functools.partial(_recipe, epochs=200, milestones=[60, 120, 160], gamma=0.2, weight_decay=1e-4)
 
 
@@ -168,7 +169,7 @@ CIFAR10_RESNET20 = _task(
 CIFAR10_WRN16_4 = _task(
     "cifar10_wrn16_4",
     CIFAR10Files,
-    model=functools.partial(models.wide_resnet, 16, 4, 10),  # no dropout (dana.md, Section 8.2)
+    model=functools.partial(models.wide_resnet, 16, 4, 10),  # no dropout (our reading; App. A.5 gives none)
     target=0.945,  # DANA Table 3 baseline 95.17%
     recipe=_DANA_WRN,
     about="WRN-16-4 on CIFAR-10, DANA recipe (200 epochs, lr x0.2 at 60/120/160)",
@@ -200,7 +201,7 @@ CIFAR100_RESNET20 = _task(
 CIFAR100_WRN16_4 = _task(
     "cifar100_wrn16_4",
     CIFAR100Files,
-    model=functools.partial(models.wide_resnet, 16, 4, 100),  # no dropout (dana.md, Section 8.2)
+    model=functools.partial(models.wide_resnet, 16, 4, 100),  # no dropout (our reading; App. A.5 gives none)
     target=0.76,  # DANA Table 4 baseline 76.72%
     recipe=_DANA_WRN,
     about="WRN-16-4 on CIFAR-100, DANA recipe (200 epochs, lr x0.2 at 60/120/160)",

@@ -5,9 +5,10 @@ Data: the official layout, as unpacked from ``leftImg8bit_trainvaltest.zip`` and
 and ``data_root/gtFine/{train,val}/<city>/<city>_<seq>_<frame>_gtFine_labelIds.png``. The label
 images hold the 34 Cityscapes ``labelIds``; ``TRAIN_ID`` maps them to the 19 evaluated classes
 (``trainIds``, as cityscapesScripts' ``labels.py``) and every other id to ``IGNORE`` (255). Only the
-fine annotations are used (daso.md, Section 6.2: "only the Cityscapes dataset").
+fine annotations are used (the papers use "only the Cityscapes dataset", arXiv v1 Sec. 4.2).
 
-Recipe (daso.md, Table 3 of the journal version; spec A14): SGD with momentum 0.9, weight decay
+Recipe (J. Big Data version, Table 3; arXiv v1 Sec. 4.2 warms up "from 0.0 to 0.4", and its "initial
+learning rate of 0.0125" goes unused, as in the authors' script): SGD with momentum 0.9, weight decay
 1e-4, 175 epochs, a 5-epoch linear warm-up to a peak lr of 0.4 whatever the number of GPUs.
 Augmentation as NVIDIA's semantic-segmentation recipe that the authors forked: random scale in
 [0.5, 2], random crop of 1024x2048 (padded with the ignore label where the scaled image is smaller;
@@ -18,7 +19,8 @@ Substitutions, said where the rows are reported: the papers' model, hierarchical
 attention on HRNet-OCR with the RMI loss, is not in any installable library, so the task uses the
 nearest standard one, torchvision's DeepLabV3 with a ResNet-50 backbone (output stride 8), trained
 from scratch (no pretrained weights can be downloaded), with cross-entropy. Batch norm is per process
-(the papers used SyncBN inside a node). Per-process batch 2 (the authors' script default, spec A15).
+(the papers used SyncBN inside a node). Per-process batch 2 (the default of the authors'
+``train.py``, github.com/coquelin77/nvidia-semantic-segmentation; the papers give none).
 
 Schedule: the papers' reduce-on-plateau on the epoch training loss, as the authors' segmentation
 code sets it: factor 0.75, patience 5, min lr 1e-4, threshold 1.5 %. Their threshold is -0.015
@@ -44,7 +46,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from benchmarks.tasks import DataRootError, Task, require_data_root, to_device
-from benchmarks.vision import torchvision
+from benchmarks.tasks.vision import torchvision
 
 NAME = "cityscapes_deeplabv3"
 NUM_CLASSES = 19
@@ -202,7 +204,7 @@ TASK = Task(
     target=0.70,
     hparams={
         "batch_size": 2,  # per process
-        "lr": 0.4,  # peak after the 5-epoch warm-up, independent of the GPU count (spec A14)
+        "lr": 0.4,  # peak after the 5-epoch warm-up, independent of the GPU count (J. Big Data Table 3)
         "momentum": 0.9,
         "nesterov": False,
         "weight_decay": 1e-4,

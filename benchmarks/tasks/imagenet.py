@@ -4,19 +4,23 @@ Data: the ``ImageFolder`` layout, ``data_root/train/<wnid>/*.JPEG`` and ``data_r
 with the 50,000 validation images already sorted into the same class folders as the training set.
 Images are decoded with PIL (``ImageFolder``'s default loader; ``torchvision.io`` cannot decode on
 the CPU-only build). Train: RandomResizedCrop(224) and a horizontal flip; validation: Resize(256) and
-CenterCrop(224), "1-crop validation"; both normalised with the ImageNet mean and std (dana.md, A-19;
-lpp_sgd.md, Section 5.1).
+CenterCrop(224), "1-crop validation"; both normalised with the ImageNet mean and std (our reading of
+DANA, arXiv:1907.11612 App. A.3; LPP-SGD's code, github.com/bapi/LPP-SGD
+dataloaders/data_loader_imagenet.py).
 
-Recipe: Goyal et al. (arXiv:1706.02677) as the specs use it. Per-worker batch 32 (Goyal; LPP-SGD's
-standard batch, lpp_sgd.md Table 13). ``lr`` is the single-worker rate 0.1 x 32 / 256 = 0.0125 (the
-base rate of LPP-SGD and of DASO's example, daso.md A13); a run with global batch B sets
-``lr = 0.1 * B / 256`` (WAGMA's code, wagma.md Section 4.3), and the 5-epoch warm-up starts from
+Recipe: Goyal et al. (arXiv:1706.02677), our reading for all four papers. Per-worker batch 32 (Goyal;
+LPP-SGD's standard batch, arXiv:2203.06638 App. D Table 13). ``lr`` is the single-worker rate
+0.1 x 32 / 256 = 0.0125 (the base rate of LPP-SGD, Table 13, and of Heat's examples/nn/imagenet-DASO.py;
+DASO, arXiv:2104.05588 Table 1, only says "scaled by number of GPUs"); a run with global batch B sets
+``lr = 0.1 * B / 256`` (WAGMA-SGD's code, github.com/Shigangli/WAGMA-SGD
+official/resnet/imagenet_main_wagma_sgd.py; the paper gives none), and the 5-epoch warm-up starts from
 ``lr / world_size``. Momentum 0.9 without Nesterov (WAGMA's TF code, DASO's PyTorch example), weight
 decay 1e-4 (Goyal, DANA, WAGMA, DASO; LPP-SGD uses 5e-5), 90 epochs, x0.1 at epochs 30, 60 and 80
 (WAGMA, LPP-SGD; DANA decays at 30 and 60 only).
 
-Target: 75.9% top-1, MLPerf's (wagma.md: Allreduce-SGD reaches 75.9%; lpp_sgd.md Table 8: MB-SGD
-76.07%). DANA's single-worker baseline, 75.64%, stays below it.
+Target: 75.9% top-1, MLPerf's (WAGMA-SGD, arXiv:2005.00124 Section 5.2, Fig. 5: Allreduce-SGD reaches
+75.9%; LPP-SGD Table 8: MB-SGD 76.07%). DANA's single-worker baseline, 75.64% (arXiv:1907.11612
+Table 5), stays below it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from benchmarks.tasks import DataRootError, Task, require_data_root
-from benchmarks.vision import torchvision
+from benchmarks.tasks.vision import torchvision
 
 NAME = "imagenet_resnet50"
 _HINT = "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (validation images sorted into the class folders)"

@@ -1,6 +1,6 @@
 """Point-goal navigation with a DD-PPO-style learner: WAGMA's deep-RL workload, on MiniGrid.
 
-WAGMA-SGD (wagma.md, Section 4) trains DD-PPO (Wijmans et al., ICLR 2020, arXiv:1911.00357) on
+WAGMA-SGD (arXiv:2005.00124 Section 5.4) trains DD-PPO (Wijmans et al., ICLR 2020, arXiv:1911.00357) on
 Habitat point-goal navigation and reports SPL. Habitat and its scene datasets cannot be installed
 here, so this task substitutes MiniGrid (``minigrid`` on PyPI, generated layouts, no download):
 ``MiniGrid-Empty-Random-6x6-v0``, a walled 6x6 room whose start cell and heading change with the

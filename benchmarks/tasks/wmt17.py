@@ -16,10 +16,10 @@ cross-entropy with label smoothing 0.1. Batches: ``batch_size`` sentences per wo
 length (sorted within windows of 100 batches, then shuffled), so that padding stays small; pairs
 longer than ``MAX_LEN`` pieces are dropped. The paper used up to 8,192 tokens per worker.
 Evaluation: greedy decoding (tensor2tensor decodes with a beam of 4), detokenised by SentencePiece,
-scored with sacrebleu's corpus BLEU, lower-cased ("uncased BLEU", wagma.md Section 4.2) over the
+scored with sacrebleu's corpus BLEU, lower-cased ("uncased BLEU", arXiv:2005.00124 Fig. 8) over the
 whole job's sentences.
 
-Recipe: the paper gives no optimiser or schedule (wagma.md 4.3), so the task uses the Transformer's
+Recipe: the paper gives no optimiser or schedule (Section 5.3), so the task uses the Transformer's
 own (Vaswani et al. 2017, as fairseq's WMT En-De recipe sets it): Adam with betas (0.9, 0.98) and eps
 1e-9, a peak lr of 5e-4 reached after a 1-epoch linear warm-up, then inverse-square-root decay, over
 the paper's 10 epochs. Every algorithm applies this Adam after its own communication (the momentum

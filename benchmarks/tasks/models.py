@@ -1,9 +1,10 @@
 """CIFAR models of the papers' experiments: ResNet-20, Wide ResNets and a CIFAR SqueezeNet.
 
 ResNet-50 for ImageNet is torchvision's and is built in ``benchmarks/tasks/imagenet.py``. The
-definitions follow the specs in ``../shared/specs/``: ResNet-20 and WRN-16-4 for DANA (dana.md,
-Section 8.2: "standard definitions", WRN without dropout), ResNet-20, WRN-16-8 and SqueezeNet for
-LPP-SGD (lpp_sgd.md, Section 5.1, whose parameter counts the tests check where they apply).
+definitions are the standard ones the papers cite: ResNet-20 and WRN-16-4 for DANA (arXiv:1907.11612,
+Sec. 5.1 and App. A.5; WRN without dropout, our reading, as the paper gives no rate), ResNet-20,
+WRN-16-8 and SqueezeNet for LPP-SGD (arXiv:2203.06638, Sec. 4; defined in its code,
+github.com/bapi/LPP-SGD ``models/``), whose parameter counts the tests check where they apply.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def resnet20(num_classes: int = 10) -> nn.Module:
     at the start of stages 2 and 3), global average pooling and a linear classifier. The shortcuts
     where the shape changes are **1x1 conv + BN projections** (option B), not the paper's zero-padded
     identity (option A): this is the definition LPP-SGD's code uses (epfml/LocalSGD ``ResNet_cifar``),
-    with 65 parameter tensors, 272,474 parameters for 10 classes and 278,324 for 100 (lpp_sgd.md,
-    Section 3.2). Option A would have 269,722.
+    with 65 parameter tensors, 272,474 parameters for 10 classes and 278,324 for 100 (counted by us;
+    LPP-SGD, arXiv:2203.06638, Sec. 3 splits these tensors into blocks). Option A would have 269,722.
 
     Args:
         num_classes: outputs of the classifier (10 for CIFAR-10, 100 for CIFAR-100).
@@ -101,15 +102,15 @@ def wide_resnet(depth: int, widen_factor: int, num_classes: int, dropout: float 
     3 stages of 16k, 32k and 64k channels (k = ``widen_factor``), then BN-ReLU, global average pooling
     and a linear classifier. With 10 classes WRN-16-4 has 2.75M parameters, WRN-16-8 10.96M. LPP-SGD's
     own ``wideresnet.py`` differs in details: conv biases (4,496 more parameters in WRN-16-8), Xavier
-    init, the stride on a block's second conv, and a final BN with ``momentum=0.9`` (lpp_sgd.md,
-    Section 5.1).
+    init, the stride on a block's second conv, and a final BN with ``momentum=0.9`` (its
+    ``models/wideresnet.py``, github.com/bapi/LPP-SGD).
 
     Args:
         depth: total depth, 6n + 4 (16 for WRN-16-k).
         widen_factor: channel multiplier k.
         num_classes: outputs of the classifier.
-        dropout: dropout probability between the two convs of each block; DANA uses 0 (dana.md,
-            Section 8.2), LPP-SGD's WRN-16-8 0.3.
+        dropout: dropout probability between the two convs of each block; DANA uses 0 (our reading:
+            arXiv:1907.11612 gives no rate), LPP-SGD's WRN-16-8 0.3.
     """
     if depth < 10 or (depth - 4) % 6:
         raise ValueError(f"Arg ``depth`` must be 6n + 4 with n >= 1, got {depth}.")
@@ -156,7 +157,7 @@ class SqueezeNetCifar(nn.Module):
 
     Stem conv3x3-96 + BN + ReLU + maxpool (32 -> 16), Fire2-9 with identity bypasses around Fire3,
     5 and 7 and maxpools after Fire4 and Fire8, a 1x1 ``conv10`` to the classes and global average
-    pooling (Iandola et al. 2016, with BN added; lpp_sgd.md, Section 5.1). It has 102 parameter
+    pooling (Iandola et al. 2016, with BN added, as LPP-SGD's ``models/`` at github.com/bapi/LPP-SGD). It has 102 parameter
     tensors and 734,986 parameters for 10 classes, 781,156 for 100. torchvision's ``squeezenet1_1``
     also runs on 32x32 inputs, but its stride-2 stem and three pools leave 1x1 maps from Fire6 on.
 

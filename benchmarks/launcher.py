@@ -25,13 +25,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from algorithms import accelerator
+from benchmarks import EXIT_TIMEOUT, rundir
+from benchmarks.checkpoint import STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
 
@@ -248,12 +250,12 @@ class _ForkedRank:
 
     Forking instead of starting ``python -m benchmarks.run`` per rank saves each rank the imports
     (about 2.5 CPU-seconds, most of a small run's cost on a 2-core machine). The launcher has run no
-    torch operation, so no thread pool or lock is inherited in use; the child runs the entry point
-    with the launcher's ``argv`` and the torchrun-style environment, and never returns.
+    torch operation, so no thread pool or lock is inherited in use; the child calls ``entry(argv)``
+    in the torchrun-style environment, and never returns.
     The interface is ``subprocess.Popen``'s, as far as the launcher uses it.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, entry: Callable[[list[str]], int], argv: list[str], env: dict[str, str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         self.pid, self.returncode = os.fork(), None
@@ -263,9 +265,7 @@ class _ForkedRank:
                 _die_with_parent()
                 os.environ.clear()
                 os.environ.update(env)
-                from benchmarks import run
-
-                code = run.main(argv)
+                code = entry(argv)
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else 1
             except BaseException:  # noqa: BLE001 - a rank that crashes must not return into the launcher
@@ -304,7 +304,7 @@ class _ForkedRank:
 def exit_process(code: int) -> None:
     """End this process with ``code`` once its work is done, without the interpreter's teardown.
 
-    A rank's work ends when ``run.main`` returns: summary written, process group destroyed, wandb
+    A rank's work ends when its entry point returns: summary written, process group destroyed, wandb
     finished. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
     engine, destroyed in no fixed order) has aborted finished runs now and then ("terminate called
     without an active exception", signal 6), which srun and Snakemake take for a failed run. What
@@ -330,12 +330,9 @@ def _die_with_parent() -> None:
         return
 
 
-EXIT_TIMEOUT = 75  # sysexits' EX_TEMPFAIL: stopped at a time limit, checkpointed; run again to resume
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # scancel, and Slurm's --signal time-limit warning
-
-
-def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) -> tuple[int, str | None]:
-    """Run ``python -m benchmarks.run argv`` as N×G local ranks; return (exit code, failure reason).
+def spawn_local(entry: Callable[[list[str]], int], argv: list[str], nodes: int, procs_per_node: int,
+                threads: int) -> tuple[int, str | None]:
+    """Run ``entry(argv)`` (the runner's ``main``) as N×G local ranks; return (exit code, failure reason).
 
     The first rank to exit non-zero takes the job down: the others get SIGTERM, then SIGKILL after
     5 s. SIGINT to the launcher does the same. SIGTERM or SIGUSR1 (a time limit) is forwarded to the
@@ -349,7 +346,7 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     procs: list[subprocess.Popen] = []
     for rank in range(world):
         env = dict(os.environ, **rank_environment(rank, nodes, procs_per_node, port, threads))
-        procs.append(_ForkedRank(argv, env))
+        procs.append(_ForkedRank(entry, argv, env))
 
     stop = {"signal": None}
 
@@ -384,6 +381,28 @@ def spawn_local(argv: list[str], nodes: int, procs_per_node: int, threads: int) 
     if reason:
         return 1, reason
     return (EXIT_TIMEOUT if any(codes) else 0), None
+
+
+def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
+    """Be the launcher of ``cfg``'s virtual cluster (``spawn_local``), and leave its summary right.
+
+    A run whose ranks died before rank 0 wrote a summary gets a ``failed`` one with the launcher's
+    reason (rank 0 may have seen only its consequence, a closed connection: the cause is added), and
+    one stopped at start-up by a time limit a ``timeout`` one, so that every ended run says how.
+    """
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
+    summary = rundir.read_summary(cfg.out)
+    if reason and summary is None:
+        rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(cfg, "failed", error=reason))
+    elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
+        summary["error"] = f"{reason}; rank 0 then reported: {summary.get('error')}"
+        rundir.write_json_atomic(cfg.out / "summary.json", summary)
+    if code == EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
+        rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(cfg, "timeout", error="stopped at start-up"))
+    if reason:
+        print(f"error: run failed: {reason}", file=sys.stderr)
+    return code
 
 
 def rank_environment(rank: int, nodes: int, procs_per_node: int, port: int, threads: int) -> dict[str, str]:

@@ -1,0 +1,159 @@
+"""What every run writes, and when it stops: the one recorder of the real loop and the simulator.
+
+Each evaluation hands the recorder one row (epoch, step, clock, losses, metric, and the algorithm's
+own columns). The recorder keeps the best metric and the first time the task's target was reached,
+writes the row to ``metrics.csv`` and wandb, prints a progress line, and says whether the run stops
+there: ``"diverged"`` (a non-finite training loss), ``"target"`` (the target reached, with
+``stop_at_target``), or ``None``. At the end it writes ``summary.json`` from what it kept. Every rank
+of a real run holds one and takes the same decision from the same job-wide numbers; only rank 0's
+writes (``writes=True``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+from benchmarks import rundir, tasks
+from benchmarks.config import RunConfig
+
+logger = logging.getLogger("benchmarks.run")
+
+# metrics.csv's common columns, and their names in wandb (an algorithm's own go under ``algo/``)
+WANDB_KEYS = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
+              "wall_s": "time/wall_s", "comm_s": "time/comm_s", "samples": "train/samples", "epoch": "epoch"}
+
+
+def setup_logging(path: Path) -> None:
+    """The run's log: ``log.txt`` in the run directory, and stderr."""
+    fmt = logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+    for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def evaluation_due(epoch: int, hparams: dict[str, object], train_loss: float) -> bool:
+    """Whether the run evaluates after (0-based) ``epoch``: every ``eval_every`` epochs, after the
+    last, and at once when the training loss is no longer finite (the run then ends as diverged)."""
+    return (epoch + 1) % hparams["eval_every"] == 0 or epoch + 1 == hparams["epochs"] or not math.isfinite(train_loss)
+
+
+class Recorder:
+    """The run's rows, its best metric and time to target, and the decision to stop.
+
+    Args:
+        cfg: the resolved run.
+        columns: the algorithm's own metrics.csv columns, after the common ones.
+        writes: whether this process writes the run directory (rank 0, or the simulator).
+        clock: ``"wall"`` or ``"simulated"``: the clock that ``wall_s`` reads, written to the summary.
+        resume: a checkpoint's commit record: metrics.csv is kept up to its ``metrics_bytes`` and a
+            resumed wandb run says the step it resumed at.
+    """
+
+    def __init__(self, cfg: RunConfig, columns: list[str], *, writes: bool, clock: str = "wall",
+                 resume: dict[str, object] | None = None) -> None:
+        task = tasks.get(cfg.task)
+        self.cfg, self.metric, self.target, self.clock, self.writes = cfg, task.metric, task.target, clock, writes
+        self.best, self.time_to_target_s, self.epochs_to_target = -math.inf, None, None
+        self.row: dict[str, object] = {}
+        self.columns = [*rundir.METRIC_COLUMNS, *columns]
+        self.csv = self.wandb = None
+        if writes:
+            self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", columns,
+                                            resume["metrics_bytes"] if resume else None)
+            if cfg.settings["wandb"]:
+                self.wandb = init_wandb(cfg, resume["step"] if resume else None)
+
+    def record(self, row: dict[str, object]) -> str | None:
+        """Keep and write one evaluation's ``row``; return why the run stops here, or ``None``."""
+        undeclared = set(row) - set(self.columns)
+        if undeclared:
+            raise ValueError(f"metrics {sorted(undeclared)} are not metrics.csv columns: declare them in the "
+                             "algorithm's ``columns``")
+        self.row = row
+        metric, train_loss = row["val_metric"], row["train_loss"]
+        if math.isfinite(metric):
+            self.best = max(self.best, metric)
+        if self.time_to_target_s is None and metric >= self.target:
+            self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
+        if self.writes:
+            self.csv.write(row)
+            if self.wandb is not None:
+                numeric = {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))}
+                self.wandb.log(numeric, step=row["step"])
+            from tqdm import tqdm
+
+            clock = "simulated" if self.clock == "simulated" else "wall"
+            tqdm.write(f"epoch {row['epoch']:>3}/{self.cfg.hparams['epochs']}  train_loss {train_loss:.4f}  "
+                       f"val_{self.metric} {metric:.4f}  {clock} {row['wall_s']:.1f}s", file=sys.stderr)
+        if not math.isfinite(train_loss):
+            return "diverged"
+        if self.time_to_target_s is not None and self.cfg.settings["stop_at_target"]:
+            return "target"
+        return None
+
+    def metrics_bytes(self) -> int | None:
+        """Bytes of metrics.csv written so far (what a checkpoint records to resume at)."""
+        return self.csv.tell() if self.csv is not None else None
+
+    def fields(self, epochs: int, steps: int, samples: int, wall: float) -> dict[str, object]:
+        """summary.json's measurements: the last row's, the best, the time to target."""
+        row = self.row
+        return {
+            "time_to_target_s": self.time_to_target_s, "epochs_to_target": self.epochs_to_target,
+            "final_metric": row.get("val_metric"), "best_metric": self.best if math.isfinite(self.best) else None,
+            "final_train_loss": row.get("train_loss"), "epochs": epochs, "steps": steps, "samples": samples,
+            "wall_s": wall, "throughput": samples / wall if wall else None,
+            "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
+        }
+
+    def finish(self, status: str, fields: dict[str, object]) -> None:
+        """Close metrics.csv and wandb, then write the summary (last: it marks the run done)."""
+        self.close(failed=status == "failed")
+        if self.writes:
+            summary = rundir.summary(self.cfg, status, clock=self.clock, **fields)
+            rundir.write_json_atomic(self.cfg.out / "summary.json", summary)
+            logger.info("%s%s: %s", status, " (simulated)" if self.clock == "simulated" else "",
+                        {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
+
+    def close(self, failed: bool = False) -> None:
+        if self.csv is not None:
+            self.csv.close()
+            self.csv = None
+        if self.wandb is not None:
+            self.wandb.finish(exit_code=int(failed))
+            self.wandb = None
+
+    def state_dict(self) -> dict[str, object]:
+        return {"best": self.best, "time_to_target_s": self.time_to_target_s,
+                "epochs_to_target": self.epochs_to_target, "row": dict(self.row)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.best, self.row = state["best"], dict(state["row"])
+        self.time_to_target_s, self.epochs_to_target = state["time_to_target_s"], state["epochs_to_target"]
+
+
+def init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
+    """An offline wandb run inside the run directory, grouped by suite, typed by algorithm.
+
+    A resumed run is a new wandb run of the same name, tagged ``resumed``, whose config says the step
+    it resumed at (wandb's own resume needs its server; offline runs are synced later, one by one).
+    """
+    os.environ.setdefault("WANDB_SILENT", "true")
+    resumed = ["resumed"] if resumed_at_step is not None else []
+    try:
+        import wandb
+
+        return wandb.init(
+            project=cfg.settings["wandb_project"], group=cfg.settings["suite"], job_type=cfg.algorithm,
+            name=cfg.run_id, tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
+            config={**cfg.to_json(), "resumed_at_step": resumed_at_step}, dir=str(cfg.out),
+            mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
+        )
+    except Exception as error:  # noqa: BLE001 - wandb trouble must not cost the run
+        logger.warning("wandb disabled for this run: %s", error)
+        return None

@@ -1,0 +1,176 @@
+"""The code base's shape: no import cycle, no borrowed private names, and a new algorithm needs one file.
+
+The import graph is read from the source (every ``import``, at module level or inside a function;
+not those under ``if TYPE_CHECKING:``, which never run), over the suite's three packages. A
+package's ``__init__`` counts where it is imported for a name it defines, not as the parent of
+every submodule (as import linters count it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import multiprocessing
+from pathlib import Path
+
+import torch
+
+import algorithms
+from algorithms.base import Algorithm
+from algorithms.comm import flat_average_
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("algorithms", "benchmarks", "analysis")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run (``if TYPE_CHECKING:`` blocks left out)."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the suite's modules it imports."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in _imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:  # ``from package import module`` imports the module; ``from module import name``, the module
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules
+                           else node.module or "" for alias in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_the_suites_modules():
+    graph = _graph()
+    assert graph["benchmarks.run"] >= {"benchmarks.launcher", "benchmarks.recorder"}  # the walk sees imports
+    assert _cycles(graph) == []
+
+
+def test_no_module_uses_a_private_name_of_another():
+    modules = _modules()
+    borrowed = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        aliases = {}  # local name -> one of the suite's modules
+        for node in _imports(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in modules:
+                        aliases[alias.asname or alias.name] = full
+                    elif alias.name.startswith("_"):
+                        borrowed.append(f"{name}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.asname:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                borrowed.append(f"{name}: {node.value.id}.{node.attr}")
+    assert borrowed == []
+
+
+# ---- a new algorithm, defined here, runs through the runner with no other file changed ------------------
+
+class ModelAverage(Algorithm):
+    """Average the models after every local step (a new algorithm, defined in a test)."""
+
+    columns = ("averages",)
+
+    def step(self) -> None:
+        self.optimizer.step()
+        with torch.no_grad():
+            flat_average_([p.data for p in self.model.parameters()])
+        self.averages = getattr(self, "averages", 0) + 1
+
+    def metrics(self) -> dict[str, float]:
+        return {"averages": float(self.averages)}
+
+
+def _register_and_run(argv: list[str]) -> None:
+    from benchmarks import run
+
+    algorithms.register("model_average", ModelAverage)
+    raise SystemExit(run.main(argv))
+
+
+def test_a_new_algorithm_defined_in_a_test_trains_through_the_runner(tmp_path):
+    out = tmp_path / "run"
+    argv = ["--algorithm", "model_average", "--task", "digits", "--nodes", "1", "--procs-per-node", "2",
+            "--out", str(out), "--set", "epochs=2", "--set", "wandb=false"]
+    child = multiprocessing.get_context("fork").Process(target=_register_and_run, args=(argv,))
+    child.start()
+    child.join(timeout=240)
+    assert child.exitcode == 0, (out / "log.txt").read_text()[-3000:] if (out / "log.txt").exists() else "no log"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["algorithm"] == "model_average"
+    assert summary["final_metric"] > 0.9  # digits: 0.1 untrained
+    header, *rows = (out / "metrics.csv").read_text().splitlines()
+    assert header.endswith(",averages") and float(rows[-1].split(",")[-1]) == summary["steps"]
