@@ -7,16 +7,22 @@
 A run that fails still writes its summary.json (status failed), so it never stops the others and the
 report shows it. The matrix is checked against config/schema.yaml, and every run's configuration is
 resolved once here, so a bad name or --set key stops the workflow before any process starts.
+
+Each analysis step reads the files its rule declares as inputs and writes those it declares as
+outputs, each named on its command line: aggregate reads this workflow's runs, tables the aggregates,
+figures both, and the report renders the tables and figures, recomputing nothing. Run ids and figure
+names come from benchmarks/naming.py, as in the runner and the analysis.
 """
 
-import re
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
+from benchmarks import EXIT_TIMEOUT, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
 
 if not config:  # a --configfile replaces the default matrix instead of being merged into it
@@ -26,15 +32,26 @@ validate(config, schema="config/schema.yaml")
 PY = sys.executable  # the interpreter running snakemake: the suite's environment, activated or not
 MATRICES = run_config.matrices(config)  # one, or several under `matrices:` (one suite each)
 BY_SUITE = {m["suite"]: m for m in MATRICES}
-RUN = "results/runs/{suite}/{task}__{algorithm}__n{nodes}x{ppn}__s{seed}"
-RUNS, FIGURES = [], []
+RUN_ID = naming.run_id("{task}", "{algorithm}", "{nodes}", "{ppn}", "{seed}")  # with wildcards for fields
+RUN = "results/runs/{suite}/" + RUN_ID
+RUNS, LAYOUTS = [], set()  # LAYOUTS: (suite, task, nodes, procs per node) that have runs, for the figures
 for m in MATRICES:
     m["algorithms"] = run_config.available_algorithms(m["algorithms"])  # says in one line what it skips
     run_config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
     RUNS += expand(RUN + "/summary.json", suite=m["suite"], task=m["tasks"], algorithm=m["algorithms"],
                    nodes=m["nodes"], ppn=m["procs_per_node"], seed=m["seeds"])
-    FIGURES += expand("results/figures/{suite}__{task}__n{nodes}x{ppn}__metric_vs_time.{ext}", suite=m["suite"],
-                      task=m["tasks"], nodes=m["nodes"], ppn=m["procs_per_node"], ext=["png", "svg"])
+    if m["algorithms"] and m["seeds"]:
+        LAYOUTS |= {(m["suite"], t, n, m["procs_per_node"]) for t in m["tasks"] for n in m["nodes"]}
+# Runs under results/runs that this matrix does not make (an earlier --configfile's suite, a run
+# started by hand): the report has always shown every run there, so the aggregate reads them too, as
+# declared inputs, and the finished ones get their figures.
+MADE = {str(Path(path).parent) for path in RUNS}
+EARLIER = sorted(str(d) for d in Path("results/runs").glob("*/*") if d.is_dir() and str(d) not in MADE)
+for run_dir in map(Path, EARLIER):
+    fields = naming.parse_run_id(run_dir.name)
+    if fields and (run_dir / "summary.json").is_file():
+        nodes, ppn = int(fields["nodes"]), int(fields["procs_per_node"])
+        LAYOUTS.add((run_dir.parent.name, fields["task"], nodes, ppn))
 
 
 def sets(wildcards):
@@ -68,9 +85,6 @@ def simulated(wildcards) -> bool:
     return BY_SUITE[wildcards.suite]["set"].get("clock") == "simulated"
 
 
-EXIT_TIMEOUT = 75  # the runner stopped at a time limit and saved a checkpoint (benchmarks/dist.py)
-
-
 def ranks(wildcards) -> int:
     """Processes a run starts: N x G, or one for a simulated run."""
     return 1 if simulated(wildcards) else int(wildcards.nodes) * int(wildcards.ppn)
@@ -96,7 +110,7 @@ rule run:
         RUN + "/summary.json",  # only the summary: Snakemake deletes a failed job's outputs, and the
         # checkpoint beside it in the run directory must survive a time limit
     log:
-        "results/logs/{suite}/{task}__{algorithm}__n{nodes}x{ppn}__s{seed}.log",
+        "results/logs/{suite}/" + RUN_ID + ".log",
     threads: ranks
     resources:
         # The Slurm allocation follows the run: N nodes x G tasks, or one task for a simulated run.
@@ -125,73 +139,99 @@ rule run:
 rule aggregate:
     input:
         RUNS,
+        EARLIER,
     output:
         runs="results/tables/runs.csv",
         curves="results/tables/curves.csv",
     log:
         "results/logs/aggregate.log",
-    shell:
-        "{PY} -m analysis.aggregate --results results > {log} 2>&1"
+    run:
+        # The runs go by a file (one path a line): a paper's thousand runs outgrow one shell command.
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as summaries:
+            summaries.write("".join(f"{path}\n" for path in input))
+            summaries.flush()
+            shell("{PY} -m analysis.aggregate --summaries @{summaries.name} --runs {output.runs}"
+                  " --curves {output.curves} > {log} 2>&1")
 
 
 report: "analysis/captions/workflow.rst"
-# The report's groups, read from the runs themselves so they follow whatever matrix made RUNS.
-ANALYSIS_GROUPS = sorted({tuple(re.match(r"results/runs/([^/]+)/(.+)__.+__n(\d+)x(\d+)__s\d+/", path).groups())
-                          for path in RUNS})
-ANALYSIS_TASKS = sorted({(suite, task) for suite, task, _, _ in ANALYSIS_GROUPS})
 
 
 def figure_paths(kind, ext="png"):
-    """The figure files of one kind that the analysis writes for this workflow's runs."""
-    if kind in ("metric_vs_time", "traces"):
-        return [f"results/figures/{s}__{t}__n{n}x{g}__{kind}.{ext}" for s, t, n, g in ANALYSIS_GROUPS]
-    if kind in ("scaling", "stragglers"):
-        return [f"results/figures/{s}__{t}__{kind}.{ext}" for s, t in ANALYSIS_TASKS]
-    return [f"results/figures/{kind}.{ext}"]
+    """The figure files of one kind that the figures rule draws for this workflow's runs."""
+    return ["results/figures/" + name for name in naming.figure_files(kind, LAYOUTS, ext)]
 
 
-FIGURE_KINDS = {"metric_vs_time": "Validation metric against wall time", "scaling": "Scaling across node counts",
-                "stragglers": "Throughput with and without stragglers", "traces": "The algorithms' own traces",
-                "performance_profile": "Performance profile"}
+# The CSVs of published numbers that papers.yaml names: the papers table reads them all.
+PAPER_NUMBERS = [f"analysis/papers/{entry['data']}" for entry in
+                 yaml.safe_load(open(Path(workflow.basedir) / "analysis/papers/papers.yaml")).values()]
 
 
 rule tables:
     input:
-        rules.aggregate.output.runs,
+        runs=rules.aggregate.output.runs,
+        curves=rules.aggregate.output.curves,
+        papers_yaml="analysis/papers/papers.yaml",
+        paper_numbers=PAPER_NUMBERS,
     output:
-        report("results/tables/time_to_target.csv", caption="analysis/captions/time_to_target.rst",
-               category="Tables"),
-        "results/tables/time_to_target.md",
-        "results/tables/scaling.csv",
-        "results/tables/performance_profile.csv",
-        "results/tables/stragglers.csv",
-        "results/tables/papers.csv",
+        time_to_target=report("results/tables/time_to_target.csv",
+                              caption="analysis/captions/time_to_target.rst", category="Tables"),
+        time_to_target_md="results/tables/time_to_target.md",
+        scaling="results/tables/scaling.csv",
+        performance_ratios="results/tables/performance_ratios.csv",
+        performance_profile="results/tables/performance_profile.csv",
+        stragglers="results/tables/stragglers.csv",
+        papers="results/tables/papers.csv",
     log:
         "results/logs/tables.log",
     shell:
-        "{PY} -m analysis.tables --results results > {log} 2>&1"
+        # and dana.csv where there are asynchronous runs (undeclared: not every matrix makes one)
+        "{PY} -m analysis.tables --runs {input.runs} --curves {input.curves}"
+        " --papers-yaml {input.papers_yaml} --time-to-target {output.time_to_target}"
+        " --time-to-target-md {output.time_to_target_md}"
+        " --scaling {output.scaling} --performance-ratios {output.performance_ratios}"
+        " --performance-profile {output.performance_profile} --stragglers {output.stragglers}"
+        " --papers {output.papers} --dana results/tables/dana.csv > {log} 2>&1"
 
 
 rule figures:
     input:
-        rules.aggregate.output,
+        runs=rules.aggregate.output.runs,
+        curves=rules.aggregate.output.curves,
+        time_to_target=rules.tables.output.time_to_target,
+        performance_ratios=rules.tables.output.performance_ratios,
+        stragglers=rules.tables.output.stragglers,
     output:
-        *[report(figure_paths(kind), caption=f"analysis/captions/{kind}.rst", category=title)
-          for kind, title in FIGURE_KINDS.items()],
-        *[path for kind in FIGURE_KINDS for path in figure_paths(kind, "svg")],
+        png=[report(figure_paths(kind), caption=f"analysis/captions/{kind}.rst", category=title)
+             for kind, title in naming.FIGURE_KINDS.items()],
+        svg=[path for kind in naming.FIGURE_KINDS for path in figure_paths(kind, "svg")],
+    params:
+        figures="results/figures",  # the files are output.png and output.svg, named by benchmarks/naming.py
     log:
         "results/logs/figures.log",
     shell:
-        "{PY} -m analysis.figures --results results > {log} 2>&1"
+        "{PY} -m analysis.figures --runs {input.runs} --curves {input.curves}"
+        " --time-to-target {input.time_to_target} --performance-ratios {input.performance_ratios}"
+        " --stragglers {input.stragglers} --figures {params.figures} > {log} 2>&1"
 
 
 rule report:
     input:
-        rules.tables.output,
-        rules.figures.output,
+        runs=rules.aggregate.output.runs,
+        curves=rules.aggregate.output.curves,
+        time_to_target=rules.tables.output.time_to_target,
+        scaling=rules.tables.output.scaling,
+        stragglers=rules.tables.output.stragglers,
+        performance_profile=rules.tables.output.performance_profile,
+        papers=rules.tables.output.papers,
+        papers_yaml="analysis/papers/papers.yaml",
+        figures=rules.figures.output.png,
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
     shell:
-        "{PY} -m analysis.report --results results > {log} 2>&1"
+        "{PY} -m analysis.report --render-only --runs {input.runs} --curves {input.curves}"
+        " --time-to-target {input.time_to_target} --scaling {input.scaling} --stragglers {input.stragglers}"
+        " --performance-profile {input.performance_profile} --papers {input.papers}"
+        " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output} > {log} 2>&1"

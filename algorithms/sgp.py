@@ -147,6 +147,8 @@ class SGP(Algorithm):
             unflatten_into(debias(total[:-1], total[-1].item()), [p.data for p in model.parameters()])
         return model
 
+    columns = ("ps_weight",)  # the push-sum weight w
+
     def metrics(self) -> dict[str, float]:
         return {"ps_weight": self.weight}
 

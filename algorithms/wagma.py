@@ -275,6 +275,8 @@ class WAGMA(Algorithm):
     def eval_model(self) -> nn.Module:
         return self.averaged_model()
 
+    columns = ("stale_share",)  # rounds in which this rank sent a stale buffer
+
     def metrics(self) -> dict[str, float]:
         """Share of this rank's group rounds in which it contributed a stale model."""
         return {"stale_share": self.stale_rounds / self.rounds if self.rounds else 0.0}

@@ -1,4 +1,4 @@
-"""Flatten the run directories under ``results/runs/`` into two pandas tables.
+"""Flatten run directories into two pandas tables: one row per run, one row per evaluation.
 
 Each ``results/runs/<suite>/<run_id>/`` (format in ``results/README.md``) becomes one row of the
 runs table (summary, identity and environment fields) and contributes its ``metrics.csv`` rows to
@@ -7,23 +7,29 @@ status ``running/incomplete`` and is listed, never dropped and never an error. I
 ``config.json`` (fully resolved), then ``summary.json``, then the directory names, so a half-written
 run is still placed in the right group.
 
-Run as ``python -m analysis.aggregate --results DIR`` to write ``DIR/tables/runs.csv`` and
-``DIR/tables/curves.csv``.
+``python -m analysis.aggregate --results DIR`` reads every run under ``DIR/runs/`` and writes
+``DIR/tables/runs.csv`` and ``DIR/tables/curves.csv``; the Snakefile names the runs' ``summary.json``
+files (``--summaries``) and both outputs (``--runs``, ``--curves``). The later steps read the two
+tables back with :func:`read_runs` and :func:`read_curves`, which restore what CSV loses (text that
+looks like a number, integers beside missing values).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import cli
+from benchmarks import naming
+
 logger = logging.getLogger(__name__)
 
 INCOMPLETE = "running/incomplete"
+BASELINE = "ddp"  # every speed-up is against it, and it is drawn first
 IDENTITY = ["suite", "run_id", "algorithm", "task", "nodes", "procs_per_node", "world_size", "seed"]
 SUMMARY_FIELDS = [
     "status", "time_to_target_s", "epochs_to_target", "final_metric", "best_metric",
@@ -42,10 +48,10 @@ _FLOAT = [
     "time_to_target_s", "epochs_to_target", "final_metric", "best_metric", "final_train_loss",
     "epochs", "steps", "samples", "wall_s", "throughput", "comm_share", "target",
 ]
-# <task>__<algorithm>__n<nodes>x<procs_per_node>__s<seed>, the last resort for identity.
-_RUN_ID = re.compile(
-    r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<procs_per_node>\d+)__s(?P<seed>\d+)$"
-)
+# Text however it looks: a CUDA version 12.10 must not come back as the number 12.1.
+_TEXT = ["suite", "run_id", "algorithm", "task", "straggler", "status", "metric", "clock", "error",
+         *ENV_FIELDS, "run_dir"]
+FILES = {"summaries": "runs/*/*", "runs": "tables/runs.csv", "curves": "tables/curves.csv"}
 
 
 def run_dirs(results: Path) -> list[Path]:
@@ -70,9 +76,8 @@ def _read_json(path: Path) -> dict | None:
 
 def _identity(run_dir: Path, config: dict, summary: dict) -> dict:
     """Identity fields of a run: config.json over summary.json over the directory names."""
-    match = _RUN_ID.match(run_dir.name)
     ident: dict = {"suite": run_dir.parent.name, "run_id": run_dir.name}
-    ident.update(match.groupdict() if match else {})
+    ident.update(naming.parse_run_id(run_dir.name) or {})
     for source in (summary, config):  # later sources win: config.json is the resolved truth
         ident.update({k: source[k] for k in IDENTITY if source.get(k) is not None})
     if ident.get("world_size") is None and "nodes" in ident and "procs_per_node" in ident:
@@ -96,10 +101,15 @@ def straggler_label(settings: dict) -> str:
 
 
 def load_runs(results: Path) -> pd.DataFrame:
+    """Load one row per run directory under ``results/runs/`` (see :func:`runs_table`)."""
+    return runs_table(run_dirs(results))
+
+
+def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
     """Load one row per run directory: identity, summary and environment fields.
 
     Args:
-        results: The results directory (the one holding ``runs/``).
+        dirs: Run directories, or their ``summary.json`` files (the Snakefile's inputs).
 
     Returns:
         A frame with the columns ``IDENTITY + ["straggler"] + SUMMARY_FIELDS + ENV_FIELDS +
@@ -109,7 +119,8 @@ def load_runs(results: Path) -> pd.DataFrame:
         absent numbers are NaN.
     """
     rows = []
-    for run_dir in run_dirs(results):
+    dirs = {Path(p).parent if Path(p).name == "summary.json" else Path(p) for p in dirs}
+    for run_dir in sorted(d for d in dirs if d.is_dir()):
         config = _read_json(run_dir / "config.json") or {}
         summary = _read_json(run_dir / "summary.json")
         env = _read_json(run_dir / "env.json") or {}
@@ -136,12 +147,12 @@ def load_runs(results: Path) -> pd.DataFrame:
     return runs
 
 
-def load_curves(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+def load_curves(results: Path | None, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Load every ``metrics.csv`` row, prefixed with its run's identity and status.
 
     Args:
-        results: The results directory (the one holding ``runs/``).
-        runs: The output of :func:`load_runs`, if already loaded (saves reading it twice).
+        results: The results directory (the one holding ``runs/``); unused where ``runs`` is given.
+        runs: The output of :func:`load_runs` or :func:`runs_table`: the runs whose curves to load.
 
     Returns:
         A frame with ``IDENTITY + CONDITION + ["status"]`` then the metrics columns; the
@@ -176,30 +187,34 @@ def load_curves(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame
     return curves[columns + extra]
 
 
-def write_tables(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Write ``tables/runs.csv`` and ``tables/curves.csv`` and return both frames."""
-    runs = load_runs(results)
-    curves = load_curves(results, runs)
-    out = Path(results) / "tables"
-    out.mkdir(parents=True, exist_ok=True)
-    runs.to_csv(out / "runs.csv", index=False)
-    curves.to_csv(out / "curves.csv", index=False)
+def read_runs(path: Path) -> pd.DataFrame:
+    """Read back the runs table that :func:`write` wrote, with the types :func:`runs_table` gave it."""
+    dtype = {**{c: str for c in _TEXT}, **{c: "Int64" for c in _INTEGER}, **{c: float for c in _FLOAT}}
+    return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""])
+
+
+def read_curves(path: Path) -> pd.DataFrame:
+    """Read back the curves table that :func:`write` wrote; the algorithms' own columns as read_csv infers."""
+    text = [c for c in _TEXT if c in IDENTITY + CONDITION + ["status"]]
+    dtype = {**{c: str for c in text}, **{c: "Int64" for c in _INTEGER}}
+    return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""])
+
+
+def write(files: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write the runs and curves tables of the runs in ``files["summaries"]``; return both frames."""
+    runs = runs_table(files["summaries"])
+    curves = load_curves(None, runs)
+    for name, frame in (("runs", runs), ("curves", curves)):
+        Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(files[name], index=False)
     return runs, curves
-
-
-def parse_results(description: str, argv: list[str] | None = None) -> Path:
-    """Parse the shared ``--results DIR`` command line of the analysis modules."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--results", type=Path, default=Path("results"),
-                        help="results directory holding runs/ (default: results)")
-    return parser.parse_args(argv).results
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: write the aggregate CSV tables."""
-    results = parse_results("Aggregate run directories into runs.csv and curves.csv.", argv)
-    runs, curves = write_tables(results)
-    print(f"{len(runs)} runs, {len(curves)} evaluations -> {results / 'tables'}")
+    files = cli.parse("Aggregate run directories into runs.csv and curves.csv.", FILES, argv)
+    runs, curves = write(files)
+    print(f"{len(runs)} runs, {len(curves)} evaluations -> {files['runs']}, {files['curves']}")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ runs are drawn like the others (never dropped); unfinished runs are left out, si
 would stop early and pull the median down. The target is a dashed horizontal line. Simulated times
 are labelled as such on the x axis.
 
-Run as ``python -m analysis.figures --results DIR`` to write every figure of the report into
-``DIR/figures/`` as PNG and SVG: ``<suite>__<task>__n<N>x<G>__metric_vs_time`` and
-``__traces`` (:mod:`analysis.traces`) per group, ``<suite>__<task>__scaling``
-(:mod:`analysis.scaling`) and ``__stragglers`` (:mod:`analysis.stragglers`) per suite and task,
-and ``performance_profile`` (:mod:`analysis.profile`) over all workloads.
+``python -m analysis.figures --results DIR`` draws every figure of the report from the tables in
+``DIR/tables/`` (runs, curves, time to target, performance ratios, stragglers; the Snakefile names
+each) into ``DIR/figures/`` as PNG and SVG, named by :func:`benchmarks.naming.figure_stem`:
+``metric_vs_time`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
+(:mod:`analysis.scaling`) and ``stragglers`` (:mod:`analysis.stragglers`) per suite and task, and
+``performance_profile`` (:mod:`analysis.profile`) over all workloads. Every figure gives an
+algorithm the same colour (:func:`analysis.plotting.colours` over all the runs).
 """
 
 from __future__ import annotations
@@ -24,16 +26,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plotting, profile, scaling, stragglers, tables, traces
-from analysis.aggregate import CONDITION, INCOMPLETE, load_curves, load_runs, parse_results
+from analysis import cli, plotting, profile, scaling, stragglers, traces
+from analysis.aggregate import CONDITION, INCOMPLETE, read_curves, read_runs
 from analysis.plotting import plt
-from analysis.tables import GROUP, converged
+from analysis.tables import GROUP, converged, read_table
+from benchmarks import naming
 
-
-def figure_stem(suite: str, task: str, nodes: int, procs_per_node: int) -> str:
-    """File name (without extension) of the metric-vs-time figure of one group."""
-    stem = f"{suite}__{task}__n{nodes}x{procs_per_node}__metric_vs_time"
-    return stem.replace("/", "_").replace("\\", "_")
+FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
+         "time_to_target": "tables/time_to_target.csv", "performance_ratios": "tables/performance_ratios.csv",
+         "stragglers": "tables/stragglers.csv", "figures": "figures"}
 
 
 def step_values(wall: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -72,21 +73,22 @@ def _first(values: pd.Series) -> object:
     return values.iloc[0] if len(values) else None
 
 
-def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
+                        colours: dict | None = None) -> list[Path]:
     """Draw and save one metric-vs-time figure per suite, task, nodes and processes per node.
 
     Args:
         runs: One row per run (:func:`analysis.aggregate.load_runs`), for targets and k/n.
         curves: Evaluations (:func:`analysis.aggregate.load_curves`).
         out_dir: Directory for the figures; created if needed.
+        colours: One colour per algorithm (default: :func:`analysis.plotting.colours` of the runs).
 
     Returns:
         The paths written, PNG then SVG for each group.
     """
     curves = curves[curves["status"] != INCOMPLETE].dropna(subset=["wall_s", "val_metric"])
     finished = runs[runs["status"] != INCOMPLETE]
-    # One colour per algorithm across every figure, so the figures read side by side.
-    colours = plotting.colours(runs["algorithm"].dropna())
+    colours = colours or plotting.colours(runs["algorithm"].dropna())
     paths = []
     for key, group in finished.groupby(GROUP, sort=True):
         suite, task, nodes, procs_per_node = key
@@ -120,31 +122,30 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", ncol=2 if len(ax.get_lines()) > 6 else 1)
         fig.tight_layout()
-        paths += plotting.save(fig, out_dir, figure_stem(suite, task, nodes, procs_per_node))
+        stem = naming.figure_stem("metric_vs_time", suite, task, nodes, procs_per_node)
+        paths += plotting.save(fig, out_dir, stem)
     return paths
 
 
-def write_figures(results: Path, runs: pd.DataFrame | None = None,
-                  curves: pd.DataFrame | None = None) -> list[Path]:
-    """Load what is missing from ``results`` and write every figure to ``results/figures``."""
-    runs = load_runs(results) if runs is None else runs
-    curves = load_curves(results, runs) if curves is None else curves
-    out = Path(results) / "figures"
-    table = tables.time_to_target(runs)
+def write(files: dict) -> list[Path]:
+    """Draw every figure of the report from the tables in ``files`` into ``files["figures"]``."""
+    runs, curves = read_runs(files["runs"]), read_curves(files["curves"])
+    table = read_table(files["time_to_target"])
+    out = Path(files["figures"])
+    colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
     groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP]
               .drop_duplicates().itertuples(index=False)]
-    paths = plot_metric_vs_time(runs, curves, out)
-    paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups)
-    paths += scaling.plot_scaling(table[table["n"] > 0], out)
-    paths += stragglers.plot_stragglers(table, out)
-    paths += profile.plot_profile(profile.ratios(table[table["n"] > 0]), out)
+    paths = plot_metric_vs_time(runs, curves, out, colours)
+    paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)
+    paths += scaling.plot_scaling(table[table["n"] > 0], out, colours)
+    paths += stragglers.plot_stragglers(table, read_table(files["stragglers"]), out, list(colours))
+    paths += profile.plot_profile(read_table(files["performance_ratios"]), out, colours)
     return paths
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: write the figures and print their paths."""
-    results = parse_results("Draw every figure of the report (PNG and SVG).", argv)
-    for path in write_figures(results):
+    for path in write(cli.parse("Draw every figure of the report (PNG and SVG).", FILES, argv)):
         print(path)
 
 

@@ -41,20 +41,33 @@ class Paper:
     numbers: pd.DataFrame
 
 
+def load_meta(path: Path = PAPERS_DIR / "papers.yaml") -> dict[str, dict[str, str]]:
+    """Each paper's description in ``papers.yaml``, by key, in the file's order."""
+    meta = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return {key: {k: str(v) for k, v in entry.items()} for key, entry in meta.items()}
+
+
+def _read_numbers(path: Path, numeric: tuple[str, ...]) -> pd.DataFrame:
+    """A CSV of published numbers: text stays text (a missing baseline is ""), ``numeric`` NaN where empty."""
+    return pd.read_csv(path, dtype={"algorithm": str, "baseline": str, "task": str}, keep_default_na=False,
+                       na_values={column: [""] for column in numeric})
+
+
 def load_papers(directory: Path = PAPERS_DIR) -> list[Paper]:
     """Read ``papers.yaml`` and each paper's CSV; a missing CSV is an error naming the file."""
-    meta = yaml.safe_load((Path(directory) / "papers.yaml").read_text(encoding="utf-8"))
     papers = []
-    for key, entry in meta.items():
-        path = Path(directory) / entry["data"]
+    for key, meta in load_meta(Path(directory) / "papers.yaml").items():
+        path = Path(directory) / meta["data"]
         if not path.is_file():
             raise FileNotFoundError(f"papers.yaml: paper {key!r} names {path}, which does not exist; "
                                     "add the CSV or fix its ``data`` entry.")
-        numbers = pd.read_csv(path, dtype={"algorithm": str, "baseline": str, "task": str},
-                              keep_default_na=False, na_values={"value": [""], "workers": [""],
-                                                                "spread": [""]})
-        papers.append(Paper(key, {k: str(v) for k, v in entry.items()}, numbers))
+        papers.append(Paper(key, meta, _read_numbers(path, ("value", "workers", "spread"))))
     return papers
+
+
+def read_compared(path: Path) -> pd.DataFrame:
+    """Read back ``papers.csv``: every paper's :func:`compare` rows, with the paper's key in ``paper``."""
+    return _read_numbers(path, ("value", "workers", "spread", "suite_value", "deviation"))
 
 
 def _median(rows: pd.DataFrame, column: str) -> float:

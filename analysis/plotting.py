@@ -1,9 +1,10 @@
-"""What every figure of the report shares: the backend, one colour per algorithm, file names, saving.
+"""What every figure of the report shares: the backend, one colour per algorithm, saving.
 
-One colour per algorithm across all figures (the order of ``algorithms.REGISTRY``, then any other
-name alphabetically), so that a reader matches lines between figures without reading legends twice.
-Every figure is saved as PNG (embedded in the HTML report) and SVG (for papers), without a date in
-the metadata so that the same results give byte-identical files.
+One colour per algorithm across all figures, so that a reader matches lines between figures without
+reading legends twice: the names come from the runs themselves (the analysis never imports the
+registry, which would import torch), DDP first since every speed-up is against it, then the others
+alphabetically. Every figure is saved as PNG (embedded in the HTML report) and SVG (for papers),
+named by :mod:`benchmarks.naming`, without a date in the metadata.
 """
 
 from __future__ import annotations
@@ -14,25 +15,24 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display: the report is rendered on clusters and in CI
+matplotlib.rcParams["svg.hashsalt"] = "dp-bench"  # SVG ids from a fixed salt, not at random
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import matplotlib.ticker  # noqa: E402
 
-FORMATS = ("png", "svg")
-# The registry's order, written out so that the analysis imports no torch.
-_ORDER = ["ddp", "allreduce", "horovod", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "adpsgd",
-          "daso", "wagma"]
+from analysis.aggregate import BASELINE  # noqa: E402
+from benchmarks import naming  # noqa: E402
 
 
 def colours(algorithms: Iterable[str]) -> dict[str, tuple[float, float, float, float]]:
-    """A stable colour per algorithm name (``tab20`` holds 20 distinguishable ones)."""
-    names = sorted(set(algorithms), key=lambda a: (_ORDER.index(a) if a in _ORDER else len(_ORDER), a))
+    """A colour per algorithm name, DDP first, then alphabetically: the dict's order is that order.
+
+    ``tab10`` for up to 10 names, else ``tab20`` (20 distinguishable colours). Give every figure
+    the same dict, made from all the runs, so that a name keeps its colour where another figure
+    lacks some algorithm.
+    """
+    names = sorted(set(algorithms), key=lambda a: (a != BASELINE, a))
     palette = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
     return {name: palette(i % palette.N) for i, name in enumerate(names)}
-
-
-def safe_stem(stem: str) -> str:
-    """A file name stem without path separators."""
-    return stem.replace("/", "_").replace("\\", "_").replace(" ", "_")
 
 
 def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
@@ -40,8 +40,8 @@ def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext in FORMATS:
-        path = out_dir / f"{safe_stem(stem)}.{ext}"
+    for ext in naming.FIGURE_FORMATS:
+        path = out_dir / f"{stem}.{ext}"
         # No date in the metadata: the same results give byte-identical files.
         fig.savefig(path, dpi=110, metadata={"Date": None} if ext == "svg" else None)
         paths.append(path)

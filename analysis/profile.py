@@ -22,11 +22,11 @@ import pandas as pd
 
 from analysis import plotting
 from analysis.plotting import plt
+from benchmarks import naming
 
 WORKLOAD = ["suite", "task", "nodes", "procs_per_node", "straggler"]
 TAUS = (1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 TAU_MAX = 4.0
-FIGURE_STEM = "performance_profile"
 
 
 def ratios(table: pd.DataFrame) -> pd.DataFrame:
@@ -106,14 +106,19 @@ def display(table: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in out.columns if c != "clock"] + ["clock"]]
 
 
-def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Draw ``rho(tau)`` for every algorithm, one panel per clock; returns PNG and SVG paths."""
+def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
+    """Draw ``rho(tau)`` for every algorithm, one panel per clock; returns PNG and SVG paths.
+
+    ``colours``: one colour per algorithm (default: :func:`analysis.plotting.colours` of the ratios).
+    """
     title = "Performance profile over workloads"
+    stem = naming.figure_stem("performance_profile")
     if ratios_frame.empty:
         fig = plotting.empty_figure("No finished runs: no workload to profile.", title)
-        return plotting.save(fig, out_dir, FIGURE_STEM)
+        return plotting.save(fig, out_dir, stem)
     clocks = sorted(ratios_frame["clock"].unique())
-    colour = plotting.colours(ratios_frame["algorithm"])
+    colour = colours or plotting.colours(ratios_frame["algorithm"])
+    count = ratios_frame["algorithm"].nunique()
     fig, axes = plt.subplots(1, len(clocks), figsize=(7.5 * len(clocks), 4.5), squeeze=False)
     for ax, clock in zip(axes[0], clocks):
         frame = ratios_frame[ratios_frame["clock"] == clock]
@@ -125,7 +130,7 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         for i, (algorithm, group) in enumerate(frame.groupby("algorithm", sort=True)):
             r = group["ratio"].to_numpy(dtype=float)
             values = [rho(r, tau) for tau in grid]
-            offset = (i - len(colour) / 2) * 0.002
+            offset = (i - count / 2) * 0.002
             ax.step(grid, np.asarray(values) + offset, where="post", color=colour[algorithm],
                     label=f"{algorithm} (score {score(r):.2f})")
         ax.set_xscale("log")
@@ -139,4 +144,4 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small", ncol=2, loc="lower right")
     fig.tight_layout()
-    return plotting.save(fig, out_dir, FIGURE_STEM)
+    return plotting.save(fig, out_dir, stem)

@@ -1,9 +1,8 @@
-"""The self-contained HTML comparison report, regenerated from ``results/`` alone.
+"""The self-contained HTML comparison report, rendered over the tables and figures the earlier steps made.
 
-:func:`render` rebuilds every product of the analysis (``tables/*.csv|md``, ``figures/*.png|svg``)
-and then writes ``report.html``: one file with inline CSS, the PNG figures embedded as base64
-``data:`` URIs, no scripts and no links out, so it opens offline and can be mailed or archived as
-is. Its order is the order a reader asks in:
+``report.html`` is one file with inline CSS, the PNG figures embedded as base64 ``data:`` URIs, no
+scripts and no links out, so it opens offline and can be mailed or archived as is. Its order is the
+order a reader asks in:
 
 1. Summary: per suite, task, node count and condition, the algorithm with the smallest median time
    to target and its speed-up over DDP.
@@ -14,79 +13,77 @@ is. Its order is the order a reader asks in:
 4. Paper vs this suite, one subsection per paper.
 5. The runs that did not converge, failed or are unfinished; the run metadata.
 
-Simulated times carry "(simulated)" wherever they are shown and are never divided by wall-clock
-times. Run as ``python -m analysis.report --results DIR``; it prints the report's path.
+The page is the Jinja2 template ``analysis/templates/report.html`` (autoescaped). This module only
+reads the earlier steps' files, by column name, and formats them for people: it recomputes none of
+them. Two small tables that no step writes in a form the page can show are derived from
+``runs.csv`` and ``curves.csv`` as they are rendered: DASO's global synchronisations
+(:func:`analysis.tables.global_syncs`) and DANA's comparison (:func:`analysis.dana.comparison`,
+whose columns differ per setting, which one CSV cannot keep). Simulated times carry "(simulated)"
+wherever they are shown and are never divided by wall-clock times.
+
+``python -m analysis.report --results DIR`` rebuilds everything from ``DIR/runs/`` alone, for a user
+who calls it by hand: the earlier steps (aggregate, tables, figures) in the Snakefile's order, then
+the report; it prints the report's path. With ``--render-only`` it renders from the files named on
+its command line and nothing else, as the Snakefile's report rule does.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import re
 from pathlib import Path
 
+import jinja2
 import pandas as pd
 
-from analysis import aggregate, dana, figures, papers, profile, scaling, stragglers, tables, traces
-from analysis.aggregate import CONDITION, INCOMPLETE, parse_results
+from analysis import aggregate, cli, dana, figures, papers, profile, scaling, stragglers, tables
+from analysis.aggregate import CONDITION, INCOMPLETE
+from benchmarks import naming
 
+FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
+         "time_to_target": "tables/time_to_target.csv", "scaling": "tables/scaling.csv",
+         "stragglers": "tables/stragglers.csv", "performance_profile": "tables/performance_profile.csv",
+         "papers": "tables/papers.csv", "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
+         "figures": "figures/*.png", "report": "report.html"}
 METADATA_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod",
                    "git_commit", "git_dirty", "hosts", "backend", "launcher", "slurm_job_id",
                    "device", "cuda", "nccl", "platform", "clock"]
 SECTIONS = ["Summary", "Performance profile", "Paper vs this suite",
             "Runs that did not converge or failed", "Run metadata"]
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1250px; color: #222;
-       padding: 0 1em; line-height: 1.4; }
-h1 { border-bottom: 2px solid #444; } h2 { margin-top: 2.2em; border-bottom: 1px solid #aaa; }
-h3 { margin-top: 1.6em; } nav ul { columns: 2; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
-th { background: #eef1f5; position: sticky; top: 0; } tr:nth-child(even) td { background: #fafafa; }
-td.error { white-space: pre-wrap; font-family: monospace; font-size: 0.85em; max-width: 60em; }
-figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
-figcaption { color: #555; font-size: 0.9em; } .note { color: #555; font-size: 0.95em; }
-.winner { font-weight: 600; } details { margin: 0.8em 0; } summary { cursor: pointer; color: #245; }
-dl.paper dt { font-weight: 600; float: left; clear: left; width: 9em; } dl.paper dd { margin-left: 10em; }
-"""
-
-
-def html_table(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> str:
-    """Render a frame as an escaped HTML table; ``classes`` maps a column to a cell class."""
-    classes = classes or {}
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = []
-    for row in frame.itertuples(index=False):
-        cells = []
-        for column, value in zip(frame.columns, row):
-            text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
-            css = f' class="{classes[column]}"' if column in classes else ""
-            cells.append(f"<td{css}>{html.escape(str(text))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _anchor(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 
-def _h2(title: str) -> str:
-    return f'<h2 id="{_anchor(title)}">{html.escape(title)}</h2>'
-
-
 def _layout(nodes: object, procs: object) -> str:
     return f"{nodes}×{procs}"
+
+
+def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
+    """A frame as the template's table: header, one CSS class per column (or ""), rows of text.
+
+    A missing number is an empty cell; everything else is its ``str``. The template escapes it.
+    """
+    def text(value: object) -> str:
+        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+    return {"columns": [str(c) for c in frame.columns],
+            "classes": [(classes or {}).get(c, "") for c in frame.columns],
+            "rows": [[text(v) for v in row] for row in frame.itertuples(index=False)]}
 
 
 def summary_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per suite, task, node count and condition: the fastest algorithm to target, its speed-up."""
     rows = []
-    for key, group in table.groupby(tables.GROUP + CONDITION, sort=True):
-        suite, task, nodes, procs, straggler, clock = key
+    keys = tables.GROUP + CONDITION
+    for values, group in table.groupby(keys, sort=True):
+        key = dict(zip(keys, values))
         reached = group[group["k"] > 0]
-        simulated = " (simulated)" if clock == "simulated" else ""
-        row = {"suite": suite, "task": task, "nodes×procs": _layout(nodes, procs),
-               "stragglers": straggler}
+        simulated = " (simulated)" if key["clock"] == "simulated" else ""
+        row = {"suite": key["suite"], "task": key["task"],
+               "nodes×procs": _layout(key["nodes"], key["procs_per_node"]), "stragglers": key["straggler"]}
         if reached.empty:
             row.update({"fastest to target": "none reached the target", "median time (s)": "—",
                         "converged (k/n)": "—", "speed-up vs DDP": "—"})
@@ -127,95 +124,6 @@ def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["field", "values"])
 
 
-def _figure(path: Path, caption: str) -> str:
-    """An ``<img>`` embedding ``path`` as a base64 data URI, or nothing if it was not drawn."""
-    if not path.is_file():
-        return ""
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-
-
-def _syncs_section(syncs: pd.DataFrame) -> str:
-    """DASO's global synchronisations beside DDP's one per step."""
-    shown = syncs.drop(columns=["suite"]).assign(**{
-        "syncs": syncs["syncs"].map("{:.0f}".format),
-        "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
-        "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
-        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(
-            columns=["steps", "sync_bytes"])
-    return ("<h3>Global synchronisations</h3><p class=\"note\">Median over seeds of the run's global "
-            "(cross-node) synchronisations; DDP makes one per step.</p>" + html_table(shown))
-
-
-def _suite_section(suite: str, table: pd.DataFrame, figure_dir: Path,
-                   syncs: pd.DataFrame | None, all_suites: pd.DataFrame) -> str:
-    """One suite's heading, tables and figures; ``all_suites`` supplies the straggler pairs."""
-    shown = tables.display_table(table).drop(columns=["suite"])
-    parts = [_h2(f"Suite: {suite}"), "<h3>Time to target</h3>",
-             '<p class="note">Median over the seeds that reached the target, min–max beside; '
-             "k/n converged over finished seeds; speed-up = DDP's median time / the algorithm's, "
-             "same task, layout and conditions. Final and best metric, throughput and "
-             "communication share are medians over finished runs.</p>", html_table(shown)]
-    finished = table[table["n"] > 0]
-    parts.append("<h3>Validation metric against wall time</h3>")
-    for (task, nodes, procs), _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True):
-        parts.append(_figure(figure_dir / f"{figures.figure_stem(suite, task, nodes, procs)}.png",
-                             f"{suite}: {task} on {nodes}×{procs} workers, median and min–max "
-                             "over seeds; dashed: target"))
-    scale = scaling.scaling(finished)
-    parts.append("<h3>Scaling across node counts</h3>")
-    if finished["nodes"].nunique() > 1:
-        parts.append('<p class="note">Against each algorithm\'s smallest node count: speed-up and '
-                     "parallel efficiency (speed-up over the ideal ratio of workers), from time to "
-                     "target and from throughput.</p>" + html_table(scaling.display(scale)))
-    else:
-        parts.append('<p class="note">One node count in this suite: add node counts to the '
-                     "matrix to see speed-up and parallel efficiency.</p>")
-    for task in sorted(finished["task"].unique()):
-        parts.append(_figure(figure_dir / f"{scaling.figure_stem(suite, task)}.png",
-                             f"{suite}: {task}, median time to target against node count "
-                             "(log–log, min–max bars, dotted: ideal scaling)"))
-    parts.append("<h3>Throughput with and without stragglers</h3>")
-    pooled = stragglers.straggler_throughput(all_suites)
-    layouts = set(zip(finished["task"], finished["nodes"], finished["procs_per_node"]))
-    pooled = pooled[[k in layouts for k in zip(pooled["task"], pooled["nodes"],
-                                               pooled["procs_per_node"])]]
-    straggling = stragglers.display(pooled)
-    if not straggling.empty:
-        parts.append(html_table(straggling))
-    else:
-        parts.append('<p class="note">No runs with stragglers for these tasks yet: run a matrix '
-                     "with <code>set: {straggler: fixed}</code> (or gamma) beside this one.</p>")
-    for task in sorted(finished["task"].unique()):
-        parts.append(_figure(figure_dir / f"{stragglers.figure_stem(suite, task)}.png",
-                             f"{suite}: {task}, median throughput per straggler condition"))
-    if syncs is not None and not syncs.empty and (syncs["suite"] == suite).any():
-        parts.append(_syncs_section(syncs[syncs["suite"] == suite]))
-    parts.append("<h3>The algorithms' own traces</h3>")
-    for (task, nodes, procs), _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True):
-        parts.append(_figure(figure_dir / f"{traces.figure_stem(suite, task, nodes, procs)}.png",
-                             f"{suite}: {task} on {nodes}×{procs}: every extra numeric column of "
-                             "metrics.csv per algorithm, by epoch"))
-    return "\n".join(parts)
-
-
-def _profile_section(table: pd.DataFrame, figure_dir: Path) -> str:
-    ratios = profile.ratios(table[table["n"] > 0])
-    parts = [_h2("Performance profile"),
-             '<p class="note">AlgoPerf-style: a workload is one suite, task, layout and straggler '
-             "condition; ρ(τ) is the share of workloads on which an algorithm's median time to "
-             "target is within τ× the fastest algorithm's there. Not converged, or not run, "
-             "counts as infinitely slow. Score: area under ρ over τ in [1, 4], normalised. "
-             "Simulated and wall-clock times are profiled apart.</p>"]
-    if ratios.empty:
-        return "\n".join(parts + ["<p>No finished runs.</p>"])
-    parts.append(html_table(profile.display(profile.profile(ratios))))
-    parts.append(_figure(figure_dir / f"{profile.FIGURE_STEM}.png",
-                         "Performance profile: share of workloads within τ× the fastest"))
-    return "\n".join(parts)
-
-
 def hardware_here(runs: pd.DataFrame) -> str:
     """The suite's hardware in one line: devices, host count and backends over the runs."""
     def distinct(column: str) -> str:
@@ -228,108 +136,94 @@ def hardware_here(runs: pd.DataFrame) -> str:
             f"{distinct('backend')} backend, largest job {int(runs['world_size'].max())} processes")
 
 
-def _paper_section(paper: papers.Paper, table: pd.DataFrame, hardware: str) -> str:
-    meta = paper.meta
-    compared = papers.compare(paper, table)
+class Figures:
+    """The PNG figures the report may embed, found by their names among the files it was given."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = {Path(p).name: Path(p) for p in paths}
+
+    def get(self, caption: str, kind: str, *key: object) -> dict | None:
+        """The figure of ``kind`` for ``key`` as a caption and base64 PNG, or None if it was not drawn."""
+        path = self.paths.get(f"{naming.figure_stem(kind, *key)}.png")
+        if path is None or not path.is_file():
+            return None
+        return {"caption": caption, "data": base64.b64encode(path.read_bytes()).decode("ascii")}
+
+
+def _syncs(syncs: pd.DataFrame) -> dict:
+    """DASO's global synchronisations beside DDP's one per step, formatted."""
+    shown = syncs.drop(columns=["suite"]).assign(**{
+        "syncs": syncs["syncs"].map("{:.0f}".format),
+        "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
+        "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
+        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(
+            columns=["steps", "sync_bytes"])
+    return cells(shown)
+
+
+def _suite(suite: str, table: pd.DataFrame, scale: pd.DataFrame, pooled: pd.DataFrame,
+           syncs: pd.DataFrame, shown: Figures) -> dict:
+    """One suite's section: ``table`` its time-to-target rows, ``scale`` its scaling rows, ``pooled``
+    the straggler table over all suites."""
+    finished = table[table["n"] > 0]
+    layouts = [key for key, _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True)]
+    tasks = sorted(finished["task"].unique())
+    matched = set(zip(finished["task"], finished["nodes"], finished["procs_per_node"]))
+    keep = [k in matched for k in zip(pooled["task"], pooled["nodes"], pooled["procs_per_node"])]
+    pooled = pooled[pd.Series(keep, index=pooled.index, dtype=bool)]  # a mask even where there are no rows
+    straggling = stragglers.display(pooled)
+    own_syncs = syncs[syncs["suite"] == suite] if not syncs.empty else syncs
+    return {
+        "name": suite,
+        "table": cells(tables.display_table(table).drop(columns=["suite"])),
+        "metric_figures": [shown.get(f"{suite}: {t} on {n}×{g} workers, median and min–max over seeds; "
+                                     "dashed: target", "metric_vs_time", suite, t, n, g)
+                           for t, n, g in layouts],
+        "scaling": cells(scaling.display(scale)) if finished["nodes"].nunique() > 1 else None,
+        "scaling_figures": [shown.get(f"{suite}: {t}, median time to target against node count (log–log, "
+                                      "min–max bars, dotted: ideal scaling)", "scaling", suite, t)
+                            for t in tasks],
+        "stragglers": cells(straggling) if not straggling.empty else None,
+        "straggler_figures": [shown.get(f"{suite}: {t}, median throughput per straggler condition",
+                                        "stragglers", suite, t) for t in tasks],
+        "syncs": _syncs(own_syncs) if not own_syncs.empty else None,
+        "trace_figures": [shown.get(f"{suite}: {t} on {n}×{g}: every extra numeric column of metrics.csv per "
+                                    "algorithm, by epoch", "traces", suite, t, n, g) for t, n, g in layouts],
+    }
+
+
+def _paper(key: str, meta: dict[str, str], compared: pd.DataFrame, hardware: str) -> dict:
+    """One paper's subsection: its description, then its numbers beside the suite's."""
     shown = papers.display(compared)
     measured = compared["deviation"].notna()
     here = sorted({m for m in compared["measured_on"] if m})
     ref = re.sub(r"^https?://", "", meta.get("url", ""))  # as text: the report links nowhere
-    rows = [("Paper", f"{meta['title']}. {meta['authors']}. {meta['venue']}." + (f" {ref}" if ref else "")),
-            ("Hardware", f"paper: {meta['hardware']}; here: {hardware}"),
-            ("Scale", f"paper: {meta['scale']}; here: {', '.join(here) if here else 'no matching runs yet'}"),
-            ("Software", meta["software"]),
-            ("Measure", meta["measure"]),
-            ("Differences", meta["differences"]),
-            ("Matrix", meta.get("matrix") or "none in config/ yet")]
-    parts = [f'<h3 id="paper-{paper.key}">{html.escape(meta["title"])}</h3>', '<dl class="paper">']
-    parts += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows]
-    parts.append("</dl>")
-    if measured.any():
-        parts.append(f"<p>{int(measured.sum())} of the paper's {len(compared)} numbers measured "
-                     "here (deviation: ratios relative, percentages in points):</p>")
-        parts.append(html_table(shown[measured]))
-    else:
-        parts.append(f"<p>None of the paper's {len(compared)} numbers is measured by the runs "
-                     "in results/ yet.</p>")
-    parts.append(f"<details><summary>All {len(compared)} published numbers, with their source"
-                 f"</summary>{html_table(shown)}</details>")
-    return "\n".join(parts)
+    return {
+        "key": key, "title": meta["title"],
+        "rows": [("Paper", f"{meta['title']}. {meta['authors']}. {meta['venue']}."
+                   + (f" {ref}" if ref else "")),
+                 ("Hardware", f"paper: {meta['hardware']}; here: {hardware}"),
+                 ("Scale", f"paper: {meta['scale']}; here: "
+                           + (", ".join(here) if here else "no matching runs yet")),
+                 ("Software", meta["software"]),
+                 ("Measure", meta["measure"]),
+                 ("Differences", meta["differences"]),
+                 ("Matrix", meta.get("matrix") or "none in config/ yet")],
+        "count": len(compared), "measured_count": int(measured.sum()),
+        "measured": cells(shown[measured]), "all": cells(shown),
+    }
 
 
-def render_html(runs: pd.DataFrame, table: pd.DataFrame, figure_dir: Path,
-                syncs: pd.DataFrame | None = None,
-                paper_list: list[papers.Paper] | None = None,
-                dana_tables: list[tuple[str, pd.DataFrame]] | None = None) -> str:
-    """The whole report as one HTML string."""
-    finished = int((runs["status"] != INCOMPLETE).sum())
-    simulated = bool((runs["clock"] == "simulated").any())
-    suites = sorted(table["suite"].unique())
-    contents = ["Summary", *[f"Suite: {s}" for s in suites], *SECTIONS[1:]]
-    parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>Data-parallel training: time-to-accuracy report</title>",
-        f"<style>{_CSS}</style></head><body>",
-        "<h1>Data-parallel training: time-to-accuracy report</h1>",
-        f'<p class="note">{len(runs)} runs in {len(suites)} suite(s): {finished} finished, '
-        f"{len(runs) - finished} running or incomplete. Runs that did not converge are never "
-        "dropped: they count in k/n and as infinitely slow in the profile."
-        + (" Times on the simulator's virtual clock are marked (simulated) and never divided by "
-           "wall-clock times." if simulated else "") + "</p>",
-        "<nav><ul>" + "".join(f'<li><a href="#{_anchor(t)}">{html.escape(t)}</a></li>'
-                              for t in contents) + "</ul></nav>",
-        _h2("Summary"),
-    ]
-    summary = summary_table(table)
-    if summary.empty:
-        parts.append("<p>No runs found.</p>")
-    else:
-        lines = []
-        for row in summary.itertuples(index=False):
-            fastest = row[4]
-            if row[5] == "—":
-                lines.append(f"<li>{html.escape(row[1])} ({html.escape(row[0])}, "
-                             f"{html.escape(row[2])}): no algorithm reached the target.</li>")
-            else:
-                lines.append(f"<li>{html.escape(row[1])} ({html.escape(row[0])}, {html.escape(row[2])}"
-                             + ("" if row[3] == "none" else f", stragglers {html.escape(row[3])}")
-                             + f'): <span class="winner">{html.escape(fastest)}</span> is fastest '
-                             f"to target, in {html.escape(row[5])} s; speed-up over DDP "
-                             f"{html.escape(row[7])}.</li>")
-        parts.append("<ul>" + "".join(lines) + "</ul>")
-        parts.append(html_table(summary))
-    for suite in suites:
-        parts.append(_suite_section(str(suite), table[table["suite"] == suite], figure_dir, syncs,
-                                    table))
-    parts.append(_profile_section(table, figure_dir))
-    parts.append(_h2("Paper vs this suite"))
-    parts.append('<p class="note">The papers\' published numbers (analysis/papers/, each with its '
-                 "source) beside the same quantity measured here: on the paper's workload where "
-                 "the suite ran it, otherwise on a substitute, where only ratios (speed-ups, time "
-                 "reductions) compare. Papers measure total time for a fixed epoch budget; so do "
-                 "these ratios (median run wall time).</p>")
-    for paper in paper_list if paper_list is not None else papers.load_papers():
-        parts.append(_paper_section(paper, table, hardware_here(runs)))
-    if dana_tables:
-        parts.append(_dana_section(dana_tables))
-    parts.append(_h2("Runs that did not converge or failed"))
-    problems = problem_runs(runs)
-    parts.append(html_table(problems, {"error": "error"}) if not problems.empty
-                 else "<p>Every run reached the target.</p>")
-    parts.append(_h2("Run metadata"))
-    parts.append(html_table(metadata_table(runs)))
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+def _rows_of(compared: pd.DataFrame, key: str) -> pd.DataFrame:
+    """One paper's rows of ``papers.csv``, as :func:`analysis.papers.compare` returned them."""
+    return compared[compared["paper"] == key].drop(columns="paper").reset_index(drop=True)
 
 
-def _dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> str:
-    """DANA's table: final accuracy and gap per algorithm and worker count beside the paper's."""
-    parts = ["<h3>DANA: final accuracy and gap per worker count, beside the paper</h3>",
-             f"<p>{html.escape(dana.verdict(dana_tables))} Accuracies are medians over seeds (fractions "
-             "here, percent in the paper's columns); the gap is the run's mean RMS distance between the "
-             "master's vector and the vector each gradient was computed on. On an embedded task the "
-             "paper's CIFAR-10 ResNet-20 numbers stand beside it for the shape of the trend only.</p>"]
+def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
+    """DANA's tables, accuracies to 3 decimals and gaps in scientific notation, with the verdict."""
+    if not dana_tables:
+        return None
+    formatted = []
     for title, frame in dana_tables:
         shown = frame.copy()
         for column in shown.columns:
@@ -337,37 +231,70 @@ def _dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> str:
                 shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.2e}")
             elif column.endswith(" acc"):
                 shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
-        parts.append(f"<p><b>{html.escape(title)}</b></p>" + html_table(shown))
-    return "\n".join(parts)
+        formatted.append({"title": title, "table": cells(shown)})
+    return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def render(results: Path) -> Path:
-    """Regenerate the tables, figures and ``report.html`` from ``results`` alone.
-
-    Args:
-        results: The results directory (the one holding ``runs/``).
-
-    Returns:
-        The path of the written ``report.html``.
-    """
-    results = Path(results)
-    runs, curves = aggregate.write_tables(results)
-    table = tables.write_tables(results, runs)
-    figures.write_figures(results, runs, curves)
-    path = results / "report.html"
+def render(files: dict) -> Path:
+    """Render ``files["report"]`` from the tables and figures named in ``files``; return its path."""
+    runs, curves = aggregate.read_runs(files["runs"]), aggregate.read_curves(files["curves"])
+    table = tables.read_table(files["time_to_target"])
+    scale, pooled = tables.read_table(files["scaling"]), tables.read_table(files["stragglers"])
+    prof = tables.read_table(files["performance_profile"])
+    compared = papers.read_compared(files["papers"])
+    shown = Figures(files["figures"])
+    finished = int((runs["status"] != INCOMPLETE).sum())
+    suites = sorted(table["suite"].unique())
     syncs = tables.global_syncs(curves)
-    dana_tables = dana.comparison(runs, curves)
-    if dana_tables:
-        pd.concat([t.assign(setting=title) for title, t in dana_tables]).to_csv(
-            results / "tables" / "dana.csv", index=False)
-    path.write_text(render_html(runs, table, results / "figures", syncs, dana_tables=dana_tables),
-                    encoding="utf-8")
+    hardware = hardware_here(runs)
+    problems = problem_runs(runs)
+    summary = summary_table(table)
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                                     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                                     undefined=jinja2.StrictUndefined)
+    environment.filters["anchor"] = _anchor
+    page = environment.get_template("report.html").render(
+        runs=len(runs), finished=finished, suite_count=len(suites),
+        simulated=bool((runs["clock"] == "simulated").any()),
+        contents=["Summary", *[f"Suite: {s}" for s in suites], *SECTIONS[1:]],
+        summary=summary.to_dict("records"), summary_table=cells(summary),
+        suites=[_suite(str(s), table[table["suite"] == s], scale[scale["suite"] == s], pooled, syncs, shown)
+                for s in suites],
+        profile=cells(profile.display(prof)) if not prof.empty else None,
+        profile_figure=shown.get("Performance profile: share of workloads within τ× the fastest",
+                                 "performance_profile"),
+        papers=[_paper(key, meta, _rows_of(compared, key), hardware)
+                for key, meta in papers.load_meta(files["papers_yaml"]).items()],
+        dana=_dana(dana.comparison(runs, curves)),
+        problems=cells(problems, {"error": "error"}) if not problems.empty else None,
+        metadata=cells(metadata_table(runs)),
+    )
+    path = Path(files["report"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
     return path
 
 
+def build(results: Path) -> None:
+    """The steps before the report, in the Snakefile's order, each with its files under ``results``."""
+    for step in (aggregate, tables, figures):
+        step.write(cli.defaults(step.FILES, results))
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Command line: regenerate everything and print the report's path."""
-    print(render(parse_results("Regenerate tables, figures and the HTML report.", argv)))
+    """Command line: by hand, rebuild everything and render; ``--render-only`` renders; prints the path."""
+    parser = cli.parser("Render the HTML report. By hand (without --render-only) aggregate, tables and "
+                        "figures run first, each with its files under --results.", FILES)
+    parser.add_argument("--render-only", action="store_true",
+                        help="render from the files named here and recompute nothing (the report rule)")
+    args = parser.parse_args(argv)
+    if not args.render_only:
+        named = [name for name in FILES if getattr(args, name) is not None]
+        if named:
+            parser.error(f"--{named[0].replace('_', '-')} goes with --render-only; without it every file "
+                         "is where --results puts it")
+        build(args.results)
+    print(render(cli.resolve(args, FILES)))
 
 
 if __name__ == "__main__":

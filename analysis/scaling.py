@@ -20,6 +20,7 @@ import pandas as pd
 from analysis import plotting
 from analysis.aggregate import CONDITION
 from analysis.plotting import plt
+from benchmarks import naming
 
 LINE = ["suite", "task", "procs_per_node", *CONDITION, "algorithm"]
 
@@ -85,29 +86,25 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def figure_stem(suite: str, task: str) -> str:
-    """File name (without extension) of the scaling figure of one suite and task."""
-    return plotting.safe_stem(f"{suite}__{task}__scaling")
-
-
-def plot_scaling(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
     """Draw one log–log time-to-target-against-nodes figure per suite and task.
 
     Args:
         table: The time-to-target table (:func:`analysis.tables.time_to_target`).
         out_dir: Directory for the figures.
+        colours: One colour per algorithm (default: :func:`analysis.plotting.colours` of the table).
 
     Returns:
         The paths written, PNG then SVG per figure.
     """
-    colour = plotting.colours(table["algorithm"].dropna())
+    colour = colours or plotting.colours(table["algorithm"].dropna())
     paths = []
     for (suite, task), group in table.groupby(["suite", "task"], sort=True):
         timed = group[group["tta_median_s"].notna()]
         title = f"{suite}: {task} — time to target against node count"
         if timed.empty:
             fig = plotting.empty_figure("No run reached the target: nothing to scale.", title)
-            paths += plotting.save(fig, out_dir, figure_stem(suite, task))
+            paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
             continue
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         nodes_seen = sorted(group["nodes"].unique())
@@ -137,6 +134,6 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small", ncol=2)
         fig.tight_layout()
-        paths += plotting.save(fig, out_dir, figure_stem(suite, task))
+        paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
     return paths
 

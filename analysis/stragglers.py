@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis import plotting
 from analysis.plotting import plt
+from benchmarks import naming
 
 MATCH = ["task", "nodes", "procs_per_node", "clock", "algorithm"]
 
@@ -59,22 +60,19 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def figure_stem(suite: str, task: str) -> str:
-    """File name (without extension) of the throughput figure of one suite and task."""
-    return plotting.safe_stem(f"{suite}__{task}__stragglers")
-
-
-def plot_stragglers(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot_stragglers(table: pd.DataFrame, pooled: pd.DataFrame, out_dir: Path,
+                    order: list[str] | None = None) -> list[Path]:
     """One bar chart per suite and task: throughput per algorithm, one bar per straggler condition.
 
     The suite's own layouts and algorithms are drawn, with the matching runs of the other
-    condition taken from any suite (see :func:`straggler_throughput`).
+    condition taken from any suite: ``pooled`` is :func:`straggler_throughput` of ``table``. The
+    algorithms stand in ``order`` (default: that of :func:`analysis.plotting.colours`).
     """
-    pooled = straggler_throughput(table)
     paths = []
     for (suite, task), own in table[table["n"] > 0].groupby(["suite", "task"], sort=True):
         layouts = sorted({(int(n), int(g)) for n, g in zip(own["nodes"], own["procs_per_node"])})
-        algorithms = list(plotting.colours(own["algorithm"]))  # the registry's order
+        present = set(own["algorithm"])
+        algorithms = [a for a in order or plotting.colours(present) if a in present]
         width_in = max(7.5, 0.9 * len(algorithms) + 2)
         fig, axes = plt.subplots(len(layouts), 1, figsize=(width_in, 3.8 * len(layouts)),
                                  squeeze=False)
@@ -101,6 +99,6 @@ def plot_stragglers(table: pd.DataFrame, out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3, axis="y")
             ax.legend(fontsize="small")
         fig.tight_layout()
-        paths += plotting.save(fig, out_dir, figure_stem(suite, task))
+        paths += plotting.save(fig, out_dir, naming.figure_stem("stragglers", suite, task))
     return paths
 

@@ -1,15 +1,19 @@
 """Time-to-target table: median over seeds, min–max, k/n converged, speed-up against DDP.
 
-Follows the timing rules of ``../shared/DESIGN.md`` (as MLPerf Training): a run counts as
-converged when it completed and reached the target (``time_to_target_s`` not null); runs that did
-not converge are never dropped, they count in ``n`` and in the failure columns. Times are medians
-over the converged seeds, and the speed-up is the median DDP time over the median time of the
-algorithm on the same suite, task, node count, processes per node and conditions (straggler
-injection and clock: a simulated time is never divided by a wall-clock one). Unfinished runs (no
-``summary.json``) are counted apart in ``incomplete`` and left out of ``n``.
+Follows MLPerf Training's timing rules (Mattson et al., "MLPerf Training Benchmark", MLSys 2020,
+arXiv:1910.01500; the rules are mlcommons/training_policies ``training_rules.adoc``, sections 11
+"Run Results" and 12 "Benchmark Results", where a run that does not converge counts as infinitely
+slow and is never left out): a run counts as converged when it completed and reached the target
+(``time_to_target_s`` not null); runs that did not converge are never dropped, they count in ``n``
+and in the failure columns. Times are medians over the converged seeds, and the speed-up is the
+median DDP time over the median time of the algorithm on the same suite, task, node count,
+processes per node and conditions (straggler injection and clock: a simulated time is never
+divided by a wall-clock one). Unfinished runs (no ``summary.json``) are counted apart in
+``incomplete`` and left out of ``n``.
 
-Run as ``python -m analysis.tables --results DIR`` to write ``DIR/tables/time_to_target.csv`` and
-``DIR/tables/time_to_target.md``.
+``python -m analysis.tables --results DIR`` reads ``DIR/tables/runs.csv`` and ``curves.csv`` and
+writes every table of the report into ``DIR/tables/`` (see :func:`write`); the Snakefile names each
+file instead. The later steps read them back with :func:`read_table`.
 """
 
 from __future__ import annotations
@@ -19,13 +23,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import papers, profile, scaling, stragglers
-from analysis.aggregate import CONDITION, INCOMPLETE, load_runs, parse_results
+from analysis import cli, dana, papers, profile, scaling, stragglers
+from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, read_runs
 
-BASELINE = "ddp"
 GROUP = ["suite", "task", "nodes", "procs_per_node"]
 KEYS = GROUP + CONDITION + ["algorithm"]
 FAILURES = ["failed", "diverged", "timeout"]
+FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
+         "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
+         "time_to_target": "tables/time_to_target.csv", "time_to_target_md": "tables/time_to_target.md",
+         "scaling": "tables/scaling.csv", "performance_ratios": "tables/performance_ratios.csv",
+         "performance_profile": "tables/performance_profile.csv", "stragglers": "tables/stragglers.csv",
+         "papers": "tables/papers.csv", "dana": "tables/dana.csv"}
+# Columns that hold text whatever they look like, in every table this module writes.
+_TEXT = ["suite", "task", "algorithm", "straggler", "clock", "k/n", "metric"]
 
 
 def converged(runs: pd.DataFrame) -> pd.Series:
@@ -139,44 +150,6 @@ def to_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(results: Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Write the report's tables as CSV (raw numbers) and return the time-to-target table.
-
-    ``tables/time_to_target.csv`` and ``.md`` (formatted), ``scaling.csv``,
-    ``performance_profile.csv`` (with ``performance_ratios.csv``, the ratios it comes from),
-    ``stragglers.csv`` and ``papers.csv`` (every published number beside the suite's).
-    """
-    runs = load_runs(results) if runs is None else runs
-    table = time_to_target(runs)
-    out = Path(results) / "tables"
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "time_to_target.csv", index=False)
-    markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
-    (out / "time_to_target.md").write_text(markdown + to_markdown(display_table(table)),
-                                           encoding="utf-8")
-    finished = table[table["n"] > 0]
-    scaling.scaling(finished).to_csv(out / "scaling.csv", index=False)
-    ratios = profile.ratios(finished)
-    ratios.to_csv(out / "performance_ratios.csv", index=False)
-    profile.profile(ratios).to_csv(out / "performance_profile.csv", index=False)
-    stragglers.straggler_throughput(table).to_csv(out / "stragglers.csv", index=False)
-    compared = [papers.compare(paper, table).assign(paper=paper.key)
-                for paper in papers.load_papers()]
-    pd.concat(compared, ignore_index=True).to_csv(out / "papers.csv", index=False)
-    return table
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: write the time-to-target tables."""
-    results = parse_results("Write the time-to-target table (csv and markdown).", argv)
-    table = write_tables(results)
-    print(to_markdown(display_table(table)), end="")
-
-
-if __name__ == "__main__":
-    main()
-
-
 def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
     """Global synchronisations of the hierarchical algorithms (DASO) against DDP's one per step.
 
@@ -194,3 +167,51 @@ def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
     out = per_run.groupby(GROUP + ["algorithm"], sort=True).median().reset_index()
     out["saved vs DDP"] = 1.0 - out["syncs"] / out["steps"]
     return out
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Read back a table this module wrote: names stay text, layouts stay integers, an empty cell is NaN."""
+    dtype = {**{c: str for c in _TEXT}, "nodes": "Int64", "procs_per_node": "Int64"}
+    return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""])
+
+
+def write(files: dict) -> pd.DataFrame:
+    """Write the report's tables as CSV (raw numbers) and return the time-to-target table.
+
+    ``time_to_target`` (CSV) and ``time_to_target_md`` (formatted), ``scaling``,
+    ``performance_profile`` with ``performance_ratios`` (the ratios it comes from), ``stragglers``,
+    ``papers`` (every published number of ``papers_yaml`` beside the suite's) and, where there are
+    runs of the asynchronous family, ``dana`` (:func:`analysis.dana.comparison`).
+    """
+    runs = read_runs(files["runs"])
+    table = time_to_target(runs)
+    for name in FILES:
+        if name not in ("runs", "curves", "papers_yaml"):
+            Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(files["time_to_target"], index=False)
+    markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
+    Path(files["time_to_target_md"]).write_text(markdown + to_markdown(display_table(table)),
+                                                encoding="utf-8")
+    finished = table[table["n"] > 0]
+    scaling.scaling(finished).to_csv(files["scaling"], index=False)
+    ratios = profile.ratios(finished)
+    ratios.to_csv(files["performance_ratios"], index=False)
+    profile.profile(ratios).to_csv(files["performance_profile"], index=False)
+    stragglers.straggler_throughput(table).to_csv(files["stragglers"], index=False)
+    compared = [papers.compare(paper, table).assign(paper=paper.key)
+                for paper in papers.load_papers(Path(files["papers_yaml"]).parent)]
+    pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
+    dana_tables = dana.comparison(runs, read_curves(files["curves"]))
+    if dana_tables:  # only where there are asynchronous runs, as before: the file is not a declared output
+        pd.concat([t.assign(setting=title) for title, t in dana_tables]).to_csv(files["dana"], index=False)
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: write the tables and print the time-to-target table."""
+    table = write(cli.parse("Write the report's tables (csv, and markdown for time to target).", FILES, argv))
+    print(to_markdown(display_table(table)), end="")
+
+
+if __name__ == "__main__":
+    main()

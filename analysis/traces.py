@@ -18,6 +18,7 @@ from analysis import plotting
 from analysis.aggregate import CONDITION, IDENTITY, METRIC_COLUMNS
 from analysis.plotting import plt
 from analysis.tables import GROUP
+from benchmarks import naming
 
 COMMON = set(IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS)
 COLUMNS_PER_ROW = 3
@@ -42,12 +43,8 @@ def epoch_band(rows: pd.DataFrame, column: str) -> pd.DataFrame:
     return band.rename(columns={"min": "low", "max": "high"})
 
 
-def figure_stem(suite: str, task: str, nodes: int, procs_per_node: int) -> str:
-    """File name (without extension) of the traces figure of one group."""
-    return plotting.safe_stem(f"{suite}__{task}__n{nodes}x{procs_per_node}__traces")
-
-
-def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None = None) -> list[Path]:
+def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None = None,
+                colours: dict | None = None) -> list[Path]:
     """Draw one figure per suite, task and layout with a panel per (algorithm, own column).
 
     Args:
@@ -55,11 +52,12 @@ def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None 
         out_dir: Directory for the figures.
         groups: ``(suite, task, nodes, procs_per_node)`` keys to draw even without curves (an
             explanatory figure then), so that every group's file exists.
+        colours: One colour per algorithm (default: :func:`analysis.plotting.colours` of the curves).
 
     Returns:
         The paths written, PNG then SVG per figure.
     """
-    colour = plotting.colours(curves["algorithm"].dropna())
+    colour = colours or plotting.colours(curves["algorithm"].dropna())
     keys = {tuple(k) for k in curves[GROUP].drop_duplicates().itertuples(index=False)}
     keys |= set(groups or [])
     paths = []
@@ -68,7 +66,7 @@ def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None 
         rows = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         pairs = trace_columns(rows) if not rows.empty else []
         title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
-        stem = figure_stem(suite, task, nodes, ppn)
+        stem = naming.figure_stem("traces", suite, task, nodes, ppn)
         if not pairs:
             fig = plotting.empty_figure("No algorithm here logs columns of its own in metrics.csv.",
                                         title)

@@ -20,7 +20,7 @@ import yaml
 import algorithms
 from algorithms import accelerator
 from algorithms.parameter_server import ParameterServer
-from benchmarks import tasks
+from benchmarks import naming, tasks
 from benchmarks.schedule import SCHEDULES
 
 # Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
@@ -68,8 +68,6 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        from benchmarks import naming
-
         return naming.run_id(self.task, self.algorithm, self.nodes, self.procs_per_node, self.seed)
 
     def to_json(self) -> dict[str, object]:

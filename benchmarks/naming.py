@@ -1,17 +1,20 @@
 """The names the suite gives a run and a figure, written once.
 
-A run's directory and log are named by its run id, ``<task>__<algorithm>__n<nodes>x<procs_per_node>__s<seed>``;
-the analysis reads a run's identity back from that name when the run's own files do not say, and names
-the report's figures after the same fields. The Snakefile lists these names as its outputs before
-anything runs, ``benchmarks/config.py`` names a run with them and ``analysis/`` reads and writes them,
-so this module imports nothing heavy (no torch): the Snakefile and the analysis import it cheaply.
+A run's directory and log are named by its run id,
+``<task>__<algorithm>__n<nodes>x<procs_per_node>__s<seed>``; the analysis reads a run's identity
+back from that name when the run's own files do not say, and names the report's figures after the
+same fields. The Snakefile lists these names as its outputs before anything runs,
+``benchmarks/config.py`` names a run with them and ``analysis/`` reads and writes them, so this
+module imports nothing heavy (no torch): the Snakefile and the analysis import it cheaply.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-_RUN_ID = re.compile(r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<procs_per_node>\d+)__s(?P<seed>\d+)$")
+_RUN_ID = re.compile(
+    r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<procs_per_node>\d+)__s(?P<seed>\d+)$")
 
 # Every figure of the report, with what it shows (the Snakemake report's category). Captions are
 # analysis/captions/<kind>.rst.
@@ -56,7 +59,7 @@ def figure_stem(kind: str, suite: object = None, task: object = None, nodes: obj
     return stem.replace("/", "_").replace("\\", "_").replace(" ", "_")
 
 
-def figure_files(kind: str, layouts: list[tuple], ext: str) -> list[str]:
+def figure_files(kind: str, layouts: Iterable[tuple], ext: str) -> list[str]:
     """The file names of every figure of ``kind`` over ``layouts``, ``(suite, task, nodes,
     procs_per_node)`` tuples: one per layout, per suite and task, or one in all."""
     if kind in PER_LAYOUT:

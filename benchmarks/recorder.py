@@ -62,6 +62,7 @@ class Recorder:
         self.row: dict[str, object] = {}
         self.columns = [*rundir.METRIC_COLUMNS, *columns]
         self.csv = self.wandb = None
+        self.wandb_rows: list[tuple[int, dict[str, object]]] = []
         if writes:
             self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", columns,
                                             resume["metrics_bytes"] if resume else None)
@@ -82,9 +83,9 @@ class Recorder:
             self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
         if self.writes:
             self.csv.write(row)
-            if self.wandb is not None:
-                numeric = {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))}
-                self.wandb.log(numeric, step=row["step"])
+            if self.wandb is not None:  # sent by flush(): a wandb.log on the clock would delay every rank
+                self.wandb_rows.append((row["step"], {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items()
+                                                      if isinstance(v, (int, float))}))
             from tqdm import tqdm
 
             clock = "simulated" if self.clock == "simulated" else "wall"
@@ -125,8 +126,16 @@ class Recorder:
             self.csv.close()
             self.csv = None
         if self.wandb is not None:
+            self.flush()
             self.wandb.finish(exit_code=int(failed))
             self.wandb = None
+
+    def flush(self) -> None:
+        """Send the rows kept for wandb; called where the clock is stopped (a checkpoint, the end)."""
+        if self.wandb is not None:
+            for step, row in self.wandb_rows:
+                self.wandb.log(row, step=step)
+        self.wandb_rows.clear()
 
     def state_dict(self) -> dict[str, object]:
         return {"best": self.best, "time_to_target_s": self.time_to_target_s,

@@ -235,6 +235,7 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             checkpoint.save(cfg.out, topo.rank, world, shard, {
                 "step": loop.step + batch, "epoch": loop.epoch, "batch": batch, "wall_s": _global_max(start - t0),
                 "metrics_bytes": record.metrics_bytes()}, control)
+            record.flush()
             pause = now(device) - start
             if master:
                 logger.info("checkpoint at epoch %d batch %d saved in %.3f s", loop.epoch, batch, pause)

@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import aggregate, figures, papers, profile, report, scaling, stragglers, tables, traces
+from analysis import (aggregate, figures, papers, plotting, profile, report, scaling, stragglers, tables,
+                      traces)
+from benchmarks import naming
 
 SUITE, TASK, NODES, PPN = "local", "digits", 1, 2
 TARGET = 0.9
@@ -198,6 +201,38 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "<script" not in text and "http://" not in text and "https://" not in text
     assert "node01, node02, node03" in text
+
+
+def test_render_only_reads_the_tables_and_figures_not_the_runs(results: Path, tmp_path: Path) -> None:
+    shutil.copytree(results / "runs", tmp_path / "runs")
+    report.main(["--results", str(tmp_path)])  # by hand: every step, then the report
+    by_hand = (tmp_path / "report.html").read_text(encoding="utf-8")
+    shutil.rmtree(tmp_path / "runs")
+    (tmp_path / "report.html").unlink()
+    report.main(["--render-only", "--results", str(tmp_path)])
+    assert (tmp_path / "report.html").read_text(encoding="utf-8") == by_hand
+    with pytest.raises(SystemExit):  # a file named without --render-only would be rebuilt elsewhere
+        report.main(["--results", str(tmp_path), "--runs", str(tmp_path / "tables" / "runs.csv")])
+
+
+def test_run_ids_and_figure_names() -> None:
+    assert naming.run_id("digits", "post_local_sgd", 2, 4, 10) == "digits__post_local_sgd__n2x4__s10"
+    assert naming.parse_run_id("digits__post_local_sgd__n2x4__s10") == {
+        "task": "digits", "algorithm": "post_local_sgd", "nodes": "2", "procs_per_node": "4", "seed": "10"}
+    assert naming.parse_run_id("try1") is None  # a run started by hand into a directory of its own
+    assert naming.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
+    assert naming.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
+    layouts = [("s", "digits", 1, 2), ("s", "digits", 2, 2)]
+    assert naming.figure_files("stragglers", layouts, "svg") == ["s__digits__stragglers.svg"]
+    assert naming.figure_files("performance_profile", layouts, "png") == ["performance_profile.png"]
+    assert len(naming.figure_files("metric_vs_time", layouts, "png")) == 2
+
+
+def test_every_algorithm_has_a_colour_of_its_own_ddp_first() -> None:
+    names = ["wagma", "ddp", "dana_dc", *[f"algorithm_{i}" for i in range(16)]]
+    colours = plotting.colours(names + ["ddp"])
+    assert list(colours)[:3] == ["ddp", "algorithm_0", "algorithm_1"]
+    assert len(colours) == 19 and len(set(colours.values())) == 19
 
 
 def test_global_syncs_against_ddp_on_hand_made_curves():

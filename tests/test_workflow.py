@@ -41,6 +41,25 @@ def test_default_dry_run_lists_every_run(tmp_path):
     assert re.search(rf"^run\s+{len(expected)}$", result.stdout, re.M)
 
 
+def test_analysis_rules_name_their_files_and_the_report_only_renders(tmp_path):
+    matrix = {"suite": "t", "algorithms": ["ddp", "allreduce"], "tasks": ["digits"], "nodes": [1, 2],
+              "procs_per_node": 2, "seeds": [0]}
+    result = _snakemake(_workdir(tmp_path, matrix), "-n", "-p")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    commands = {rule: next(line for line in result.stdout.splitlines() if f"-m analysis.{rule} " in line)
+                for rule in ("tables", "figures", "report")}
+    assert all("--results" not in command for command in commands.values())
+    assert "--runs results/tables/runs.csv" in commands["tables"]
+    assert "--render-only" in commands["report"] and "--time-to-target results/tables/time_to_target.csv" in \
+        commands["report"]
+    from benchmarks import naming
+
+    layouts = [("t", "digits", n, 2) for n in (1, 2)]
+    expected = {f"results/figures/{name}" for kind in naming.FIGURE_KINDS
+                for name in naming.figure_files(kind, layouts, "png")}
+    assert set(re.findall(r"results/figures/\S+\.png", commands["report"])) == expected
+
+
 def test_bad_matrix_stops_before_any_job(tmp_path):
     matrix = {"suite": "t", "algorithms": ["ddp", "nope"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
               "seeds": [0]}
