@@ -16,8 +16,20 @@ import typing
 from algorithms.base import Algorithm, Epoch, LoopAlgorithm, Plan
 from algorithms.topology import Topology
 
-__all__ = ["REGISTRY", "Algorithm", "Epoch", "LoopAlgorithm", "Plan", "Topology", "build", "describe", "get", "names",
-           "params", "register"]
+__all__ = [
+    "REGISTRY",
+    "Algorithm",
+    "Epoch",
+    "LoopAlgorithm",
+    "Plan",
+    "Topology",
+    "build",
+    "describe",
+    "get",
+    "names",
+    "params",
+    "register",
+]
 
 # name -> "module:Class" (imported on first use) or, for one registered at run time, the class itself
 REGISTRY: dict[str, str | type[Algorithm]] = {

@@ -69,8 +69,9 @@ class ADPSGD(Algorithm):
         self.neighbours = bipartite_neighbours(topology.rank, topology.world_size)
         self.active = topology.rank % 2 == 0
         # A passive worker serves until every active neighbour has said it is done.
-        self.expected_done = sum(topology.rank in bipartite_neighbours(r, topology.world_size)
-                                 for r in range(0, topology.world_size, 2))
+        self.expected_done = sum(
+            topology.rank in bipartite_neighbours(r, topology.world_size) for r in range(0, topology.world_size, 2)
+        )
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.stopping = False
@@ -193,8 +194,12 @@ class ADPSGD(Algorithm):
         being asynchronous, not the same one.
         """
         with self.lock:
-            return {**super().state_dict(), "pending": self.pending.clone(), "rng": self.rng.getstate(),
-                    "exchanges": self.exchanges}
+            return {
+                **super().state_dict(),
+                "pending": self.pending.clone(),
+                "rng": self.rng.getstate(),
+                "exchanges": self.exchanges,
+            }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         super().load_state_dict(state)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from algorithms.base import Algorithm
 from algorithms.comm import flat_average_
 from algorithms.topology import Topology

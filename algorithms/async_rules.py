@@ -219,8 +219,9 @@ class DanaDc(DanaZero):
 
     ANCHORS = ("sent", "lookahead", "master_at_send")
 
-    def __init__(self, theta: Tensor, workers: int, momentum: float, dc: dict[str, object],
-                 anchor: str = "sent") -> None:
+    def __init__(
+        self, theta: Tensor, workers: int, momentum: float, dc: dict[str, object], anchor: str = "sent"
+    ) -> None:
         super().__init__(theta, workers, momentum)
         if anchor not in self.ANCHORS:
             raise ValueError(f"Arg ``dc_anchor`` must be one of {self.ANCHORS}, got {anchor!r}.")
@@ -235,8 +236,16 @@ class DanaDc(DanaZero):
         return sent
 
 
-def make_master(rule: str, theta: Tensor, workers: int, momentum: float, *, nag_form: str = "nesterov",
-                dc: dict[str, object] | None = None, dc_anchor: str = "sent") -> Master:
+def make_master(
+    rule: str,
+    theta: Tensor,
+    workers: int,
+    momentum: float,
+    *,
+    nag_form: str = "nesterov",
+    dc: dict[str, object] | None = None,
+    dc_anchor: str = "sent",
+) -> Master:
     """The master of ``rule`` (one of ``RULES``); DANA-Slim's master is plain ASGD's (Sec. 4.2)."""
     dc = dc or {"lam0": 2.0, "mode": "adaptive", "decay": 0.95, "eps": 1e-7}
     if rule in ("asgd", "dana_slim"):

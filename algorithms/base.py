@@ -217,7 +217,7 @@ class Algorithm(abc.ABC):
     def close(self) -> None:
         """Stop background work (communication threads); called once when training ends."""
 
-    def averaged_model(self, group: "torch.distributed.ProcessGroup | None" = None) -> nn.Module:
+    def averaged_model(self, group: torch.distributed.ProcessGroup | None = None) -> nn.Module:
         """A copy of the model holding the average of every worker's parameters and float buffers.
 
         For the algorithms whose workers hold different models between synchronisations (local SGD,

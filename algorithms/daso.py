@@ -57,8 +57,9 @@ class Event:
     pending: Pending | None = None
 
 
-def batch_events(t: int, last_batch: int, B: int, S: int, rot: int, pending: Pending | None, groups: int,
-                 heat_quirks: bool = True) -> tuple[list[Event], int, Pending | None]:
+def batch_events(
+    t: int, last_batch: int, B: int, S: int, rot: int, pending: Pending | None, groups: int, heat_quirks: bool = True
+) -> tuple[list[Event], int, Pending | None]:
     """The global-sync events of batch ``t`` (after its local step), and the next ``rot`` and pending.
 
     B = 0 encodes the blocking phases (warm-up, cool-down): one group averages every batch. In the
@@ -160,15 +161,28 @@ class DASO(Algorithm):
             algo.end_epoch(train_loss)
     """
 
-    def __init__(self, topology: Topology, *, max_global_skips: int = 4, stability_level: float = 0.05,
-                 patience: int = 2, sync_warmup_epochs: int = 4, sync_cooldown_epochs: int = 5,
-                 downcast: str = "bfloat16", heat_quirks: bool = True, chunk_size: int = 10_000_000) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        max_global_skips: int = 4,
+        stability_level: float = 0.05,
+        patience: int = 2,
+        sync_warmup_epochs: int = 4,
+        sync_cooldown_epochs: int = 5,
+        downcast: str = "bfloat16",
+        heat_quirks: bool = True,
+        chunk_size: int = 10_000_000,
+    ) -> None:
         super().__init__(topology)
         for name, value in (("max_global_skips", max_global_skips), ("chunk_size", chunk_size)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Arg ``{name}`` must be a positive integer, got {value}.")
-        for name, value in (("sync_warmup_epochs", sync_warmup_epochs), ("sync_cooldown_epochs", sync_cooldown_epochs),
-                            ("patience", patience)):
+        for name, value in (
+            ("sync_warmup_epochs", sync_warmup_epochs),
+            ("sync_cooldown_epochs", sync_cooldown_epochs),
+            ("patience", patience),
+        ):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"Arg ``{name}`` must be a non-negative integer, got {value}.")
         if downcast not in DOWNCAST:
@@ -203,13 +217,22 @@ class DASO(Algorithm):
     def step(self) -> None:
         self.optimizer.step()
         events, self.rot, self.pending = batch_events(
-            self.t, self.plan.steps_per_epoch - 1, self.B, self.S, self.rot, self.pending,
-            self.topology.procs_per_node, self.heat_quirks)
+            self.t,
+            self.plan.steps_per_epoch - 1,
+            self.B,
+            self.S,
+            self.rot,
+            self.pending,
+            self.topology.procs_per_node,
+            self.heat_quirks,
+        )
         for event in events:
             getattr(self, f"_{event.kind}")(event)
             if event.kind == "send" or event.low_precision:  # a new global sync (not a receive)
                 self.syncs += 1
-                self.sync_bytes += self.n_params * (self.downcast.itemsize if event.low_precision else 4) * self.topology.nodes
+                self.sync_bytes += (
+                    self.n_params * (self.downcast.itemsize if event.low_precision else 4) * self.topology.nodes
+                )
         self.t = 0 if self.t == self.plan.steps_per_epoch - 1 else self.t + 1
         self.step_count += 1
 
@@ -219,8 +242,10 @@ class DASO(Algorithm):
     def _send(self, event: Event) -> None:
         if self._mine(event.k):
             buffer = flatten([p.data for p in self.params])  # fp32: casting would delay the send
-            works = [dist.all_reduce(c, group=self.cross_groups[event.k], async_op=True)
-                     for c in buffer.split(self.chunk_size)]
+            works = [
+                dist.all_reduce(c, group=self.cross_groups[event.k], async_op=True)
+                for c in buffer.split(self.chunk_size)
+            ]
             self.in_flight[self.t] = (works, buffer)
 
     def _merge(self, event: Event) -> None:
@@ -252,8 +277,11 @@ class DASO(Algorithm):
         """Fig. 4's local update: local rank k's parameters to the rest of its node."""
         if self.topology.procs_per_node > 1:
             start = self._timed_start()
-            broadcast_([p.data for p in self.params], src=self.topology.node_ranks(self.topology.node)[k],
-                       group=self.node_group)
+            broadcast_(
+                [p.data for p in self.params],
+                src=self.topology.node_ranks(self.topology.node)[k],
+                group=self.node_group,
+            )
             self._timed_stop(start)
 
     def _start_cycle(self) -> None:
@@ -262,8 +290,13 @@ class DASO(Algorithm):
     def end_epoch(self, train_loss: float) -> None:
         """Phase logic (arXiv v1 Sec. 3; details as Heat 1.0.0's ``epoch_loss_logic``): warm-up, cycling
         with plateau-driven B/S, cool-down."""
-        self.last_epoch = {"B": self.B, "S": self.S, "phase": self.phase, "global_syncs": self.syncs,
-                           "global_sync_bytes": self.sync_bytes}
+        self.last_epoch = {
+            "B": self.B,
+            "S": self.S,
+            "phase": self.phase,
+            "global_syncs": self.syncs,
+            "global_sync_bytes": self.sync_bytes,
+        }
         self.epoch += 1
         self.syncs = self.sync_bytes = 0
         e = self.epoch
@@ -302,10 +335,20 @@ class DASO(Algorithm):
             in_flight[t_send] = buffer
         self.in_flight = {t_send: ([], buffer) for t_send, buffer in in_flight.items()}
         pending = None if self.pending is None else (self.pending.k, self.pending.t_send, self.pending.s)
-        return {**super().state_dict(), "B": self.B, "S": self.S, "epoch": self.epoch,
-                "plateau": (self.plateau.best, self.plateau.bad), "t": self.t, "rot": self.rot,
-                "pending": pending, "in_flight": in_flight, "syncs": self.syncs, "sync_bytes": self.sync_bytes,
-                "last_epoch": dict(self.last_epoch)}
+        return {
+            **super().state_dict(),
+            "B": self.B,
+            "S": self.S,
+            "epoch": self.epoch,
+            "plateau": (self.plateau.best, self.plateau.bad),
+            "t": self.t,
+            "rot": self.rot,
+            "pending": pending,
+            "in_flight": in_flight,
+            "syncs": self.syncs,
+            "sync_bytes": self.sync_bytes,
+            "last_epoch": dict(self.last_epoch),
+        }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore the schedule's position and the sums in flight, these onto the parameters' device

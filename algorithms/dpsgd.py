@@ -11,7 +11,9 @@ from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, mixing_matrix
 
 
-def mix(own: torch.Tensor, neighbours: dict[int, torch.Tensor], weights: dict[int, float], self_weight: float) -> torch.Tensor:
+def mix(
+    own: torch.Tensor, neighbours: dict[int, torch.Tensor], weights: dict[int, float], self_weight: float
+) -> torch.Tensor:
     """One gossip round: ``self_weight * own + sum_j weights[j] * neighbours[j]`` (a row of W times X)."""
     out = own * self_weight
     for j, x in neighbours.items():
@@ -79,4 +81,3 @@ class DPSGD(Algorithm):
 
     def eval_model(self) -> nn.Module:
         return self.averaged_model()
-

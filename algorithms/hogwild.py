@@ -47,8 +47,10 @@ def contiguous_blocks(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]
     bounds = [sum(1 for s in starts if s < m * chunk) for m in range(parts)] + [len(sizes)]
     blocks = list(zip(bounds[:-1], bounds[1:]))
     if any(lo == hi for lo, hi in blocks):
-        raise ValueError(f"Arg ``updaters`` ({parts}) leaves an empty block: a tensor of the model spans more "
-                         f"than 1/{parts} of its parameters; use fewer updaters.")
+        raise ValueError(
+            f"Arg ``updaters`` ({parts}) leaves an empty block: a tensor of the model spans more "
+            f"than 1/{parts} of its parameters; use fewer updaters."
+        )
     return blocks
 
 
@@ -90,8 +92,16 @@ def apply_average_(live: list[torch.Tensor], snapshot: torch.Tensor, average: to
         offset += t.numel()
 
 
-def sgd_step_(params: list[torch.Tensor], grads: Sequence[torch.Tensor], bufs: list[torch.Tensor],
-              started: torch.Tensor, lr: float, momentum: float, nesterov: bool, weight_decay: float) -> None:
+def sgd_step_(
+    params: list[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    bufs: list[torch.Tensor],
+    started: torch.Tensor,
+    lr: float,
+    momentum: float,
+    nesterov: bool,
+    weight_decay: float,
+) -> None:
     """One SGD step of the official code's optimizer (3.6) on ``params``, in place.
 
     Coupled L2 weight decay on the live value, PyTorch's momentum (the buffer starts as the first
@@ -148,8 +158,17 @@ class Updater:
         momentum, nesterov, weight_decay: the run's optimizer settings.
     """
 
-    def __init__(self, model: nn.Module, block: tuple[int, int], bufs: list[torch.Tensor], started: torch.Tensor,
-                 toggle: torch.Tensor, momentum: float, nesterov: bool, weight_decay: float) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        block: tuple[int, int],
+        bufs: list[torch.Tensor],
+        started: torch.Tensor,
+        toggle: torch.Tensor,
+        momentum: float,
+        nesterov: bool,
+        weight_decay: float,
+    ) -> None:
         self.model, self.params = model, list(model.parameters())
         self.block, self.bufs, self.started, self.toggle = block, bufs, started, toggle
         self.momentum, self.nesterov, self.weight_decay = momentum, nesterov, weight_decay
@@ -165,8 +184,16 @@ class Updater:
     def apply(self, span: tuple[int, int], grads: Sequence[torch.Tensor], lr: float, alternate: bool) -> None:
         """Update the tensors of ``span`` (their momentum only), then flip the toggle if alternating."""
         lo, hi = span
-        sgd_step_(self.params[lo:hi], grads, self.bufs[lo:hi], self.started[lo:hi], lr, self.momentum,
-                  self.nesterov, self.weight_decay)
+        sgd_step_(
+            self.params[lo:hi],
+            grads,
+            self.bufs[lo:hi],
+            self.started[lo:hi],
+            lr,
+            self.momentum,
+            self.nesterov,
+            self.weight_decay,
+        )
         if alternate:
             self.toggle.fill_(1 - int(self.toggle))
 
@@ -203,8 +230,15 @@ class UpdaterPool:
     backward has read the batch when it frees it.
     """
 
-    def __init__(self, model: nn.Module, updaters: int, blocks: list[tuple[int, int]], optimizer_defaults: dict,
-                 threads: int, seed: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        updaters: int,
+        blocks: list[tuple[int, int]],
+        optimizer_defaults: dict,
+        threads: int,
+        seed: int,
+    ) -> None:
         # Fork where the model is on the CPU: the updaters start in milliseconds instead of importing
         # torch again (seconds each), and they never touch the parent's process group. CUDA cannot
         # be forked: spawn there, as the official code.
@@ -227,10 +261,32 @@ class UpdaterPool:
         # averager's work, which waits there for each all-reduce, and a copy must not wait for one.
         self.copy_stream = torch.cuda.Stream(self.device) if cuda else None
         settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
-        self.procs = [ctx.Process(target=_run, daemon=True, name=f"updater-{u}", args=(
-            u, self.model, blocks[u], self.bufs[u], self.started[u], self.toggles[u], settings, self.counter,
-            self.stats[u], self.ready, self.free, self.setups[u], started, threads, seed * 1000 + u, os.getpid()))
-            for u in range(updaters)]
+        self.procs = [
+            ctx.Process(
+                target=_run,
+                daemon=True,
+                name=f"updater-{u}",
+                args=(
+                    u,
+                    self.model,
+                    blocks[u],
+                    self.bufs[u],
+                    self.started[u],
+                    self.toggles[u],
+                    settings,
+                    self.counter,
+                    self.stats[u],
+                    self.ready,
+                    self.free,
+                    self.setups[u],
+                    started,
+                    threads,
+                    seed * 1000 + u,
+                    os.getpid(),
+                ),
+            )
+            for u in range(updaters)
+        ]
         for proc in self.procs:
             proc.start()
         for _ in self.procs:  # wait until each has imported torch: set-up time, not training time
@@ -240,8 +296,9 @@ class UpdaterPool:
         """Allocate ``slots`` shared slots shaped like ``batch``, on the model's device (the runner's
         batches are on the CPU), and send each updater what it needs."""
         self.template = batch
-        self.slots = [_share_(torch.empty((slots, *t.shape), dtype=t.dtype, device=self.device))
-                      for t in batch_tensors(batch)]
+        self.slots = [
+            _share_(torch.empty((slots, *t.shape), dtype=t.dtype, device=self.device)) for t in batch_tensors(batch)
+        ]
         for s in range(slots):
             self.free.put(s)
         for q in self.setups:
@@ -281,8 +338,9 @@ class UpdaterPool:
         """Raise if an updater died (its traceback went to stderr)."""
         for u, proc in enumerate(self.procs):
             if proc.exitcode is not None:
-                raise RuntimeError(f"Hogwild updater {u} exited with code {proc.exitcode}; see its traceback "
-                                   "above in the log")
+                raise RuntimeError(
+                    f"Hogwild updater {u} exited with code {proc.exitcode}; see its traceback above in the log"
+                )
 
     def close(self) -> None:
         for _ in self.procs:
@@ -301,8 +359,9 @@ def _share_(t: torch.Tensor) -> torch.Tensor:
     return t.share_memory_() if t.device.type == "cpu" else t
 
 
-def _run(u, model, block, bufs, started, toggle, settings, counter, stats, ready, free, setup, up, threads, seed,
-         parent) -> None:
+def _run(
+    u, model, block, bufs, started, toggle, settings, counter, stats, ready, free, setup, up, threads, seed, parent
+) -> None:
     """An updater process: wait for the setup, then take batches until told to stop (``None``)."""
     try:
         device = next(model.parameters()).device

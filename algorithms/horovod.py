@@ -93,8 +93,9 @@ class Horovod(Algorithm):
         hvd = self.hvd
         self.controller, self._rendezvous = init_horovod(hvd, self.topology)
         compression = hvd.Compression.fp16 if self.fp16_compression else hvd.Compression.none
-        self.hvd_optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                                      compression=compression, op=hvd.Average)
+        self.hvd_optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(), compression=compression, op=hvd.Average
+        )
         self._share_state(optimizer)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         # A fresh optimizer holds no state and needs no broadcast. Horovod would first create it by
@@ -102,8 +103,12 @@ class Horovod(Algorithm):
         # and seeds momentum with wd p: an update no other baseline makes.
         if optimizer.state:
             hvd.broadcast_optimizer_state(self.hvd_optimizer, root_rank=0)
-        logger.info("horovod: %d ranks, %s controller, %s gradients", hvd.size(), self.controller,
-                    "fp16" if self.fp16_compression else "fp32")
+        logger.info(
+            "horovod: %d ranks, %s controller, %s gradients",
+            hvd.size(),
+            self.controller,
+            "fp16" if self.fp16_compression else "fp32",
+        )
         return super().prepare(model, optimizer, plan)
 
     def _share_state(self, optimizer: torch.optim.Optimizer) -> None:
@@ -142,8 +147,9 @@ def import_horovod() -> ModuleType:
         import horovod.torch as hvd
     except ImportError as error:  # not installed, or built against another torch (undefined symbol)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ImportError(f"the horovod algorithm needs Horovod with PyTorch support ({reason}); "
-                          f"{BUILD_HINT}") from None
+        raise ImportError(
+            f"the horovod algorithm needs Horovod with PyTorch support ({reason}); {BUILD_HINT}"
+        ) from None
     return hvd
 
 
@@ -162,9 +168,11 @@ def init_horovod(hvd: ModuleType, topology: Topology) -> tuple[str, RendezvousSe
         server = _gloo_rendezvous(topology)
     hvd.init()
     if (hvd.rank(), hvd.size()) != (topology.rank, topology.world_size):
-        raise RuntimeError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, but this is rank "
-                           f"{topology.rank} of {topology.world_size}: start the job with the suite's "
-                           "launcher, srun, mpirun or horovodrun --gloo")
+        raise RuntimeError(
+            f"Horovod sees rank {hvd.rank()} of {hvd.size()}, but this is rank "
+            f"{topology.rank} of {topology.world_size}: start the job with the suite's "
+            "launcher, srun, mpirun or horovodrun --gloo"
+        )
     return ("mpi" if hvd.mpi_enabled() else "gloo"), server
 
 
@@ -184,22 +192,30 @@ def _gloo_rendezvous(topology: Topology) -> RendezvousServer | None:
     if topology.rank == 0:
         server = RendezvousServer()
         port[0] = server.start()
-        slots = [SlotInfo(f"node{r // per_node}", r, r % per_node, r // per_node, world, per_node, nodes)
-                 for r in range(world)]
+        slots = [
+            SlotInfo(f"node{r // per_node}", r, r % per_node, r // per_node, world, per_node, nodes)
+            for r in range(world)
+        ]
         server.init(slots)
     dist.broadcast_object_list(port, src=0)
     # MASTER_ADDR is rank 0's address for torch.distributed too (the launchers and
     # benchmarks.dist.init_process_group set it); on one machine gloo stays on the loopback.
-    os.environ.update({
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": os.environ.get("MASTER_ADDR") or hosts[0],
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]),
-        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_HOSTNAME": f"node{topology.node}",
-        "HOROVOD_RANK": str(topology.rank), "HOROVOD_SIZE": str(world),
-        "HOROVOD_LOCAL_RANK": str(topology.local_rank), "HOROVOD_LOCAL_SIZE": str(per_node),
-        "HOROVOD_CROSS_RANK": str(topology.node), "HOROVOD_CROSS_SIZE": str(nodes),
-        _OWN_RENDEZVOUS: "1",
-    })
+    os.environ.update(
+        {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": os.environ.get("MASTER_ADDR") or hosts[0],
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_HOSTNAME": f"node{topology.node}",
+            "HOROVOD_RANK": str(topology.rank),
+            "HOROVOD_SIZE": str(world),
+            "HOROVOD_LOCAL_RANK": str(topology.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(per_node),
+            "HOROVOD_CROSS_RANK": str(topology.node),
+            "HOROVOD_CROSS_SIZE": str(nodes),
+            _OWN_RENDEZVOUS: "1",
+        }
+    )
     if len(set(hosts)) == 1:
         os.environ.setdefault("HOROVOD_GLOO_IFACE", "lo")
     return server

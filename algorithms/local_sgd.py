@@ -50,8 +50,10 @@ class LocalSGD(Algorithm):
     @classmethod
     def check(cls, knobs: dict[str, object], hparams: dict[str, object]) -> str | None:
         if hparams["optimizer"] == "adam" and knobs.get("momentum_mode", "local") != "local":
-            return ("--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
-                    "with adam keep momentum_mode=local")
+            return (
+                "--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
+                "with adam keep momentum_mode=local"
+            )
         return None
 
     def __init__(self, topology: Topology, *, period: int = 10, momentum_mode: str = "local") -> None:
@@ -81,8 +83,11 @@ class LocalSGD(Algorithm):
 
     def _momentum_buffers(self) -> list[torch.Tensor]:
         state = self.optimizer.state
-        return [state[p]["momentum_buffer"] for p in self.model.parameters()
-                if p in state and state[p].get("momentum_buffer") is not None]
+        return [
+            state[p]["momentum_buffer"]
+            for p in self.model.parameters()
+            if p in state and state[p].get("momentum_buffer") is not None
+        ]
 
     def eval_model(self) -> nn.Module:
         return self.averaged_model()
@@ -119,8 +124,9 @@ class PostLocalSGD(LocalSGD):
             algo.step()
     """
 
-    def __init__(self, topology: Topology, *, period: int = 16, switch_epoch: int = -1,
-                 momentum_mode: str = "local") -> None:
+    def __init__(
+        self, topology: Topology, *, period: int = 16, switch_epoch: int = -1, momentum_mode: str = "local"
+    ) -> None:
         super().__init__(topology, period=period, momentum_mode=momentum_mode)
         if not isinstance(switch_epoch, int) or switch_epoch < -1:
             raise ValueError(f"Arg ``switch_epoch`` must be -1 (first lr decay) or an epoch >= 0, got {switch_epoch}.")

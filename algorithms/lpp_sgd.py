@@ -22,8 +22,15 @@ from torch import nn
 from algorithms import accelerator
 from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.comm import flatten
-from algorithms.hogwild import (Schedule, UpdaterPool, batch_tensors, apply_average_, averaging_period,
-                                contiguous_blocks, warmed_up_lr)
+from algorithms.hogwild import (
+    Schedule,
+    UpdaterPool,
+    apply_average_,
+    averaging_period,
+    batch_tensors,
+    contiguous_blocks,
+    warmed_up_lr,
+)
 from algorithms.topology import Topology
 
 
@@ -87,11 +94,23 @@ class LAPSGD(LoopAlgorithm):
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)
 
-    def __init__(self, topology: Topology, *, updaters: int = 4, period: int = 16, switch_epoch: int = -1,
-                 base_batch: int = 0, poll_ms: float = 0.0) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        updaters: int = 4,
+        period: int = 16,
+        switch_epoch: int = -1,
+        base_batch: int = 0,
+        poll_ms: float = 0.0,
+    ) -> None:
         super().__init__(topology)
-        for name, value, low in (("updaters", updaters, 1), ("period", period, 1), ("switch_epoch", switch_epoch, -1),
-                                 ("base_batch", base_batch, 0)):
+        for name, value, low in (
+            ("updaters", updaters, 1),
+            ("period", period, 1),
+            ("switch_epoch", switch_epoch, -1),
+            ("base_batch", base_batch, 0),
+        ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"Arg ``{name}`` must be an integer >= {low}, got {value!r}.")
         if poll_ms < 0:
@@ -118,8 +137,14 @@ class LAPSGD(LoopAlgorithm):
         super().prepare(model, optimizer, plan)
         self.switch_at = plan.epochs // 2 if self.switch_epoch == -1 else self.switch_epoch
         threads = max(1, torch.get_num_threads() // self.updaters)
-        self.pool = UpdaterPool(model, self.updaters, self.blocks(model), optimizer.defaults, threads,
-                                torch.initial_seed() * 100 + self.topology.rank)
+        self.pool = UpdaterPool(
+            model,
+            self.updaters,
+            self.blocks(model),
+            optimizer.defaults,
+            threads,
+            torch.initial_seed() * 100 + self.topology.rank,
+        )
         return model
 
     def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
@@ -134,8 +159,9 @@ class LAPSGD(LoopAlgorithm):
         target, shown = pool.updates() + n, start_applied
         device = next(self.model.parameters()).device
         self.stop_feed.clear()
-        feed = threading.Thread(target=self._feed, args=(batches, epoch.step, n, epoch.stragglers, device),
-                                name="lap-feed", daemon=True)
+        feed = threading.Thread(
+            target=self._feed, args=(batches, epoch.step, n, epoch.stragglers, device), name="lap-feed", daemon=True
+        )
         feed.start()
         try:
             while True:  # the averager's loop, beside the feed
@@ -167,8 +193,7 @@ class LAPSGD(LoopAlgorithm):
         self.optimizer.param_groups[0]["lr"] = self.schedule.lr(self.step_count)  # the lr column
         return pool.stats[:, 0].sum().item() - start_loss, n
 
-    def _feed(self, batches: Iterator, first_step: int, n: int, stragglers: object,
-              device: torch.device) -> None:
+    def _feed(self, batches: Iterator, first_step: int, n: int, stragglers: object, device: torch.device) -> None:
         """Hand the updaters batch ``step`` only after its straggler delay (a thread of the main process).
 
         The feed is the updaters' only source of batches, and the rank's one ``Stragglers`` draws
@@ -211,8 +236,14 @@ class LAPSGD(LoopAlgorithm):
         base_batch = self.base_batch or epoch.task.hparams["batch_size"]
         start = lr / warmed_up_lr(1.0, batch_size, workers, base_batch)  # alpha_0 = alpha_w B_base / (B_loc Q)
         peak = warmed_up_lr(start, batch_size, workers, base_batch, self.boost)
-        return Schedule(self.plan.steps_per_epoch, self.plan.epochs, start, peak, self.plan.warmup_epochs,
-                        self.partial_start(self.plan))
+        return Schedule(
+            self.plan.steps_per_epoch,
+            self.plan.epochs,
+            start,
+            peak,
+            self.plan.warmup_epochs,
+            self.partial_start(self.plan),
+        )
 
     def _average(self) -> None:
         """Snapshot, all-reduce average, add (average - snapshot) in place (Algorithm 1, 13-16)."""
@@ -251,16 +282,25 @@ class LAPSGD(LoopAlgorithm):
         """Counters, each updater's momentum buffers and flags, and the full/partial toggles.
         Taken between epochs, when the updaters are idle."""
         pool = self.pool
-        return {**super().state_dict(), "updates": pool.updates(), "last": self.last, "rounds": self.rounds,
-                "momentum": tuple(tuple(b.clone() for b in bufs) for bufs in pool.bufs), "started": pool.started.clone(),
-                "toggles": pool.toggles.clone(), "stats": pool.stats.clone()}
+        return {
+            **super().state_dict(),
+            "updates": pool.updates(),
+            "last": self.last,
+            "rounds": self.rounds,
+            "momentum": tuple(tuple(b.clone() for b in bufs) for bufs in pool.bufs),
+            "started": pool.started.clone(),
+            "toggles": pool.toggles.clone(),
+            "stats": pool.stats.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         super().load_state_dict(state)
         pool = self.pool
         if len(state["momentum"]) != self.updaters:
-            raise ValueError(f"the checkpoint holds {len(state['momentum'])} updaters' momentum, this run has "
-                             f"``updaters``={self.updaters}; resume with the same value")
+            raise ValueError(
+                f"the checkpoint holds {len(state['momentum'])} updaters' momentum, this run has "
+                f"``updaters``={self.updaters}; resume with the same value"
+            )
         pool.set_updates(int(state["updates"]))
         self.last, self.rounds = int(state["last"]), int(state["rounds"])
         with torch.no_grad():
@@ -306,14 +346,30 @@ class LPPSGD(LAPSGD):
 
     columns = (*LAPSGD.columns, "partial_share")
 
-    def __init__(self, topology: Topology, *, updaters: int = 4, period: int = 16, switch_epoch: int = -1,
-                 base_batch: int = 0, poll_ms: float = 0.0, partial_start_epoch: int = -1,
-                 lr_boost: float = 1.25) -> None:
-        super().__init__(topology, updaters=updaters, period=period, switch_epoch=switch_epoch,
-                         base_batch=base_batch, poll_ms=poll_ms)
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        updaters: int = 4,
+        period: int = 16,
+        switch_epoch: int = -1,
+        base_batch: int = 0,
+        poll_ms: float = 0.0,
+        partial_start_epoch: int = -1,
+        lr_boost: float = 1.25,
+    ) -> None:
+        super().__init__(
+            topology,
+            updaters=updaters,
+            period=period,
+            switch_epoch=switch_epoch,
+            base_batch=base_batch,
+            poll_ms=poll_ms,
+        )
         if not isinstance(partial_start_epoch, int) or partial_start_epoch < -1:
-            raise ValueError(f"Arg ``partial_start_epoch`` must be -1 (a tenth of the epochs) or >= 0, "
-                             f"got {partial_start_epoch!r}.")
+            raise ValueError(
+                f"Arg ``partial_start_epoch`` must be -1 (a tenth of the epochs) or >= 0, got {partial_start_epoch!r}."
+            )
         if lr_boost <= 0:
             raise ValueError(f"Arg ``lr_boost`` must be positive, got {lr_boost}.")
         self.partial_start_epoch, self.boost = partial_start_epoch, lr_boost

@@ -32,8 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from algorithms import accelerator
-from algorithms import async_rules
+from algorithms import accelerator, async_rules
 from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.topology import Topology
 
@@ -41,7 +40,9 @@ STOP = -1.0  # in a reply's position slots: the run is over
 _HALF = float(1 << 20)  # a stream position travels as two float32 numbers, each exact below 2^24
 
 
-def gradient_at(model: nn.Module, point: Tensor, task, x: Tensor, y: Tensor, weight_decay: float) -> tuple[Tensor, Tensor]:
+def gradient_at(
+    model: nn.Module, point: Tensor, task, x: Tensor, y: Tensor, weight_decay: float
+) -> tuple[Tensor, Tensor]:
     """The mini-batch gradient of ``task.loss`` at the flat vector ``point``, with L2 added (our reading:
     App. A.5 does not say where weight decay is added).
 
@@ -72,7 +73,7 @@ def stream_indices(samples: int, batch_size: int, seed: int, position: int) -> T
     per_pass = samples // batch_size
     e, b = divmod(position, per_pass)
     order = torch.randperm(samples, generator=torch.Generator().manual_seed(seed + e))
-    return order[b * batch_size:(b + 1) * batch_size]
+    return order[b * batch_size : (b + 1) * batch_size]
 
 
 def collate(dataset, indices: Tensor) -> tuple[object, object]:
@@ -123,15 +124,26 @@ class ParameterServer(LoopAlgorithm):
     simulatable = True  # the simulator's asynchronous workers (benchmarks/simulator.py)
     columns = ("gap", "lag", "idle_s", "max_share")
 
-    def __init__(self, topology: Topology, *, nag_form: str = "nesterov", dc_lambda: float = 2.0,
-                 dc_mode: str = "adaptive", dc_decay: float = 0.95, dc_eps: float = 1e-7,
-                 dc_anchor: str = "sent") -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        nag_form: str = "nesterov",
+        dc_lambda: float = 2.0,
+        dc_mode: str = "adaptive",
+        dc_decay: float = 0.95,
+        dc_eps: float = 1e-7,
+        dc_anchor: str = "sent",
+    ) -> None:
         super().__init__(topology)
         if topology.world_size < 2:
             raise ValueError("A parameter server needs at least 2 ranks (a master and a worker).")
         self.workers = topology.world_size - 1
-        self.rule_knobs = {"nag_form": nag_form, "dc_anchor": dc_anchor,
-                           "dc": {"lam0": dc_lambda, "mode": dc_mode, "decay": dc_decay, "eps": dc_eps}}
+        self.rule_knobs = {
+            "nag_form": nag_form,
+            "dc_anchor": dc_anchor,
+            "dc": {"lam0": dc_lambda, "mode": dc_mode, "decay": dc_decay, "eps": dc_eps},
+        }
         self.master: async_rules.Master | None = None
         self.updates = 0  # master updates so far (the lr schedule's clock; our reading, App. A.5)
         self.handed = 0  # positions of the data stream dealt out so far
@@ -161,8 +173,9 @@ class ParameterServer(LoopAlgorithm):
         self.momentum = optimizer.defaults["momentum"]
         self.weight_decay = optimizer.defaults["weight_decay"]
         self.point = parameters_to_vector(model.parameters()).detach().cpu()  # a worker's current vector
-        self.buffers = torch.cat([b.detach().reshape(-1).float().cpu() for b in _float_buffers(model)]
-                                 or [torch.zeros(0)])
+        self.buffers = torch.cat(
+            [b.detach().reshape(-1).float().cpu() for b in _float_buffers(model)] or [torch.zeros(0)]
+        )
         self._eval_copy = copy.deepcopy(model)  # evaluated while the worker's thread trains ``model``
         k, n = self.point.numel(), self.workers
         self.message_size = k + 2 + self.buffers.numel()  # payload | loss, seconds waited | buffers
@@ -222,7 +235,7 @@ class ParameterServer(LoopAlgorithm):
         self.count += 1
         self.delivered[i] += 1
         self.waited[i] += message[k + 1].item()
-        self.worker_buffers[i].copy_(message[k + 2:])
+        self.worker_buffers[i].copy_(message[k + 2 :])
         reply = self.master.apply(i, message[:k], lr)
         self.updates += 1
         self.last_sent[i].copy_(reply)
@@ -267,15 +280,22 @@ class ParameterServer(LoopAlgorithm):
                 indices = stream_indices(len(loader.dataset), loader.batch_size, seed, position)
                 x, y = collate(loader.dataset, indices)
                 epoch.stragglers.before_step(self.batches_done)
-                g, loss = gradient_at(self.model, self.point.to(epoch.device), epoch.task, x.to(epoch.device),
-                                      y.to(epoch.device), self.weight_decay)
+                g, loss = gradient_at(
+                    self.model,
+                    self.point.to(epoch.device),
+                    epoch.task,
+                    x.to(epoch.device),
+                    y.to(epoch.device),
+                    self.weight_decay,
+                )
                 g = g.cpu()
                 message[:k].copy_(async_rules.slim_payload(self.v, g, self.momentum) if self.v is not None else g)
                 message[k] = loss.item()
                 message[k + 1] = waited  # the master adds it up per worker
                 if self.buffers.numel():
-                    message[k + 2:].copy_(torch.cat([b.detach().reshape(-1).float().cpu()
-                                                     for b in _float_buffers(self.model)]))
+                    message[k + 2 :].copy_(
+                        torch.cat([b.detach().reshape(-1).float().cpu() for b in _float_buffers(self.model)])
+                    )
                 start = time.perf_counter()
                 dist.send(message, dst=0, group=self.group)  # gloo returns once the master takes it
                 with self.cond:
@@ -316,7 +336,7 @@ class ParameterServer(LoopAlgorithm):
             vector_to_parameters(state[:k].to(device), model.parameters())
             offset = k
             for b in _float_buffers(model):
-                b.copy_(state[offset:offset + b.numel()].view_as(b))
+                b.copy_(state[offset : offset + b.numel()].view_as(b))
                 offset += b.numel()
         return model
 
@@ -329,10 +349,12 @@ class ParameterServer(LoopAlgorithm):
         """The master's numbers since the last evaluation (a worker returns NaN for each)."""
         if not self.is_master:
             return dict.fromkeys(("gap", "lag", "idle_s", "max_share"), float("nan"))
-        row = {"gap": self.gap_sum / self.count if self.count else float("nan"),
-               "lag": self.lag_sum / self.count if self.count else float("nan"),
-               "idle_s": max(w - b for w, b in zip(self.waited, self.waited_before)),
-               "max_share": max(self.delivered) / self.count if self.count else float("nan")}
+        row = {
+            "gap": self.gap_sum / self.count if self.count else float("nan"),
+            "lag": self.lag_sum / self.count if self.count else float("nan"),
+            "idle_s": max(w - b for w, b in zip(self.waited, self.waited_before)),
+            "max_share": max(self.delivered) / self.count if self.count else float("nan"),
+        }
         self._reset_epoch_stats()
         return row
 
@@ -360,10 +382,15 @@ class ParameterServer(LoopAlgorithm):
         dist.broadcast(replies, src=0, group=self.main_group)
         state = {**super().state_dict(), "updates": self.updates, "handed": self.handed}
         if self.is_master:
-            state.update(master=self.master.state_dict(), last_sent=self.last_sent.clone(), sent_at=list(self.sent_at),
-                         worker_buffers=self.worker_buffers.clone(), waited=list(self.waited),
-                         pending_from=[i for i, _ in self.pending],
-                         pending=torch.stack([m for _, m in self.pending]) if self.pending else torch.zeros(0))
+            state.update(
+                master=self.master.state_dict(),
+                last_sent=self.last_sent.clone(),
+                sent_at=list(self.sent_at),
+                worker_buffers=self.worker_buffers.clone(),
+                waited=list(self.waited),
+                pending_from=[i for i, _ in self.pending],
+                pending=torch.stack([m for _, m in self.pending]) if self.pending else torch.zeros(0),
+            )
         else:
             self._quiet(int(replies[self.topology.rank - 1]))
             state.update(point=self.point.clone(), batches_done=self.batches_done)

@@ -83,8 +83,10 @@ class SGP(Algorithm):
             raise ValueError(f"Arg ``overlap`` must be a non-negative integer, got {overlap}.")
         distinct = len(exponential_offsets(topology.world_size))
         if topology.world_size > 1 and num_peers > distinct:
-            raise ValueError(f"Arg ``num_peers`` must be at most {distinct} for {topology.world_size} workers "
-                             f"(the distinct offsets 1, 2, 4, ...), got {num_peers}.")
+            raise ValueError(
+                f"Arg ``num_peers`` must be at most {distinct} for {topology.world_size} workers "
+                f"(the distinct offsets 1, 2, 4, ...), got {num_peers}."
+            )
         self.num_peers = num_peers
         self.overlap = overlap
         self.weight = 1.0  # push-sum weight w
@@ -106,8 +108,9 @@ class SGP(Algorithm):
     def _gossip(self, x: torch.Tensor, params: list[torch.Tensor]) -> None:
         kept, kept_w = push_sum_share(x, self.weight, self.num_peers)
         message = push_sum_pair(kept, kept_w)
-        out_peers, in_peers = exponential_peers(self.topology.rank, self.topology.world_size,
-                                                self.step_count, self.num_peers)
+        out_peers, in_peers = exponential_peers(
+            self.topology.rank, self.topology.world_size, self.step_count, self.num_peers
+        )
         buffers = [torch.empty_like(message) for _ in in_peers]
         ops = [dist.P2POp(dist.isend, message, j) for j in out_peers]
         ops += [dist.P2POp(dist.irecv, buf, j) for j, buf in zip(in_peers, buffers)]
@@ -170,5 +173,7 @@ class SGP(Algorithm):
         super().load_state_dict(state)
         self.weight = float(state["weight"])
         like = next(self.model.parameters())
-        self.in_flight = deque((int(sent_at), [], [b.to(like.device, like.dtype) for b in buffers])
-                               for sent_at, buffers in state["in_flight"])
+        self.in_flight = deque(
+            (int(sent_at), [], [b.to(like.device, like.dtype) for b in buffers])
+            for sent_at, buffers in state["in_flight"]
+        )

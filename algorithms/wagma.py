@@ -92,8 +92,15 @@ class WAGMA(Algorithm):
 
     tracks_spread = True
 
-    def __init__(self, topology: Topology, *, group_size: int = 0, global_period: int = 10, mode: str = "wait_avoiding",
-                 grouping: str = "corrected") -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        group_size: int = 0,
+        global_period: int = 10,
+        mode: str = "wait_avoiding",
+        grouping: str = "corrected",
+    ) -> None:
         super().__init__(topology)
         p = topology.world_size
         if p & (p - 1):
@@ -127,8 +134,10 @@ class WAGMA(Algorithm):
         if self.threaded:
             # Two channels of their own: activations (any source) and the rounds' data.
             self.act_group, self.group = dist.new_group(backend="gloo"), dist.new_group(backend="gloo")
-            self.threads = [threading.Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
-                            for target in (self._listen, self._progress)]
+            self.threads = [
+                threading.Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
+                for target in (self._listen, self._progress)
+            ]
             for thread in self.threads:
                 thread.start()
         return model
@@ -175,8 +184,11 @@ class WAGMA(Algorithm):
         if activate:
             message = torch.tensor([float(t)], dtype=torch.float64)
             self.sends = [w for w in self.sends if not w.is_completed()]
-            self.sends += [dist.isend(message, dst=j, group=self.act_group, tag=_ACT)
-                           for j in range(self.topology.world_size) if j != self.topology.rank]
+            self.sends += [
+                dist.isend(message, dst=j, group=self.act_group, tag=_ACT)
+                for j in range(self.topology.world_size)
+                if j != self.topology.rank
+            ]
         with self.cond:
             while t not in self.results:
                 if self.error is not None:
@@ -193,8 +205,12 @@ class WAGMA(Algorithm):
             peer, incoming = self.topology.rank ^ mask, torch.empty_like(acc)
             # Both peers send first. Posted as one group (ncclGroupStart/End under NCCL): NCCL's send
             # of a large message waits for the peer's receive, so two sends posted alone deadlock.
-            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, acc, peer, group, tag=_DATA),
-                                            dist.P2POp(dist.irecv, incoming, peer, group, tag=_DATA)])
+            works = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(dist.isend, acc, peer, group, tag=_DATA),
+                    dist.P2POp(dist.irecv, incoming, peer, group, tag=_DATA),
+                ]
+            )
             for work in works:
                 work.wait()
             acc = acc + incoming
@@ -264,8 +280,11 @@ class WAGMA(Algorithm):
         if self.mode != "wait_avoiding" or self.topology.world_size == 1:
             return
         stop = torch.tensor([_STOP], dtype=torch.float64)
-        self.sends += [dist.isend(stop, dst=j, group=self.act_group, tag=_ACT)
-                       for j in range(self.topology.world_size) if j != self.topology.rank]
+        self.sends += [
+            dist.isend(stop, dst=j, group=self.act_group, tag=_ACT)
+            for j in range(self.topology.world_size)
+            if j != self.topology.rank
+        ]
         for thread in self.threads:
             thread.join()
         for work in self.sends:
@@ -286,9 +305,15 @@ class WAGMA(Algorithm):
         the model a late rank contributes next). Called when every rank has finished the same step,
         so no round is running."""
         with self.cond:
-            return {**super().state_dict(), "rounds": self.rounds, "stale_rounds": self.stale_rounds,
-                    "next_version": self.next_version, "started_version": self.started_version,
-                    "send_buf": self.send_buf.clone(), "send_iter": self.send_iter}
+            return {
+                **super().state_dict(),
+                "rounds": self.rounds,
+                "stale_rounds": self.stale_rounds,
+                "next_version": self.next_version,
+                "started_version": self.started_version,
+                "send_buf": self.send_buf.clone(),
+                "send_iter": self.send_iter,
+            }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore the counters and the send buffer, onto the live buffer's device (a checkpoint is read

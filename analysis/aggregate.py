@@ -32,25 +32,84 @@ INCOMPLETE = "running/incomplete"
 BASELINE = "ddp"  # every speed-up is against it, and it is drawn first
 IDENTITY = ["suite", "run_id", "algorithm", "task", "nodes", "procs_per_node", "world_size", "seed"]
 SUMMARY_FIELDS = [
-    "status", "time_to_target_s", "epochs_to_target", "final_metric", "best_metric",
-    "final_train_loss", "epochs", "steps", "samples", "wall_s", "throughput", "comm_share",
-    "metric", "target", "clock", "error",
+    "status",
+    "time_to_target_s",
+    "epochs_to_target",
+    "final_metric",
+    "best_metric",
+    "final_train_loss",
+    "epochs",
+    "steps",
+    "samples",
+    "wall_s",
+    "throughput",
+    "comm_share",
+    "metric",
+    "target",
+    "clock",
+    "error",
 ]
-ENV_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod", "hosts", "git_commit",
-              "git_dirty", "backend", "launcher", "slurm_job_id", "device", "cuda", "nccl", "platform"]
+ENV_FIELDS = [
+    "python",
+    "torch",
+    "torchvision",
+    "numpy",
+    "wandb",
+    "mpi4py",
+    "horovod",
+    "hosts",
+    "git_commit",
+    "git_dirty",
+    "backend",
+    "launcher",
+    "slurm_job_id",
+    "device",
+    "cuda",
+    "nccl",
+    "platform",
+]
 # The run's conditions: runs differing in them are never pooled, and a speed-up never crosses them.
 CONDITION = ["straggler", "clock"]
 METRIC_COLUMNS = [
-    "epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s",
+    "epoch",
+    "step",
+    "samples",
+    "wall_s",
+    "train_loss",
+    "val_loss",
+    "val_metric",
+    "lr",
+    "comm_s",
 ]
 _INTEGER = ["nodes", "procs_per_node", "world_size", "seed"]
 _FLOAT = [
-    "time_to_target_s", "epochs_to_target", "final_metric", "best_metric", "final_train_loss",
-    "epochs", "steps", "samples", "wall_s", "throughput", "comm_share", "target",
+    "time_to_target_s",
+    "epochs_to_target",
+    "final_metric",
+    "best_metric",
+    "final_train_loss",
+    "epochs",
+    "steps",
+    "samples",
+    "wall_s",
+    "throughput",
+    "comm_share",
+    "target",
 ]
 # Text however it looks: a CUDA version 12.10 must not come back as the number 12.1.
-_TEXT = ["suite", "run_id", "algorithm", "task", "straggler", "status", "metric", "clock", "error",
-         *ENV_FIELDS, "run_dir"]
+_TEXT = [
+    "suite",
+    "run_id",
+    "algorithm",
+    "task",
+    "straggler",
+    "status",
+    "metric",
+    "clock",
+    "error",
+    *ENV_FIELDS,
+    "run_dir",
+]
 FILES = {"summaries": "runs/*/*", "runs": "tables/runs.csv", "curves": "tables/curves.csv"}
 
 

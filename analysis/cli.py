@@ -17,8 +17,12 @@ def parser(description: str, files: dict[str, str | Path]) -> argparse.ArgumentP
     paths; ``@FILE`` stands for the arguments in FILE, one a line, for more paths than a command
     line holds."""
     parser = argparse.ArgumentParser(description=description, fromfile_prefix_chars="@")
-    parser.add_argument("--results", type=Path, default=Path("results"),
-                        help="results directory, where every file below is by default (default: results)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results"),
+        help="results directory, where every file below is by default (default: results)",
+    )
     for name, default in files.items():
         where = f"default: {default}" if Path(default).is_absolute() else f"default: DIR/{default}"
         many = "+" if "*" in str(default) else None
@@ -40,8 +44,9 @@ def resolve(args: argparse.Namespace, files: dict[str, str | Path]) -> dict[str,
     return resolved
 
 
-def parse(description: str, files: dict[str, str | Path],
-          argv: list[str] | None = None) -> dict[str, Path | list[Path]]:
+def parse(
+    description: str, files: dict[str, str | Path], argv: list[str] | None = None
+) -> dict[str, Path | list[Path]]:
     """Parse a step's command line and return its files (see :func:`resolve`)."""
     return resolve(parser(description, files).parse_args(argv), files)
 

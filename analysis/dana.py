@@ -71,8 +71,11 @@ def comparison(runs: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, pd.D
         dana_columns = [c for c in table.columns if c.startswith("dana_") and c.endswith(" acc")]
         table = table[table[dana_columns].notna().any(axis=1)]  # a worker count without DANA runs says nothing
         table["ordering"] = [_ordering(table.loc[n]) for n in table.index]
-        source = (f"paper: {PAPER_TABLES.get(task, 'Table 2 (CIFAR-10 ResNet-20)')}"
-                  if not paper.empty else "no paper numbers for this task")
+        source = (
+            f"paper: {PAPER_TABLES.get(task, 'Table 2 (CIFAR-10 ResNet-20)')}"
+            if not paper.empty
+            else "no paper numbers for this task"
+        )
         label = "simulated" if clock == "simulated" else "wall clock"
         out.append((f"{suite} · {task} · {label} · stragglers {straggler} ({source})", table.reset_index()))
     return out
@@ -85,6 +88,7 @@ BASELINES = ("dc_asgd", "multi_asgd", "nag_asgd")
 def _ordering(row: pd.Series) -> str:
     """Whether every DANA variant's median final accuracy is at least every baseline's (ties within
     ``TOLERANCE``); "does not hold" names the pairs that break it, "n/a" where either side is missing."""
+
     def acc(algo: str) -> float | None:
         value = row.get(f"{algo} acc")
         return None if value is None or pd.isna(value) else float(value)
@@ -103,6 +107,8 @@ def verdict(tables: list[tuple[str, pd.DataFrame]], min_workers: int = 16) -> st
     if not rows:
         return f"No runs with {min_workers} or more workers of a DANA variant and its baselines yet."
     held = sum(r["ordering"] == "holds" for r in rows)
-    return (f"The paper's ordering (every DANA variant at least as accurate as DC-ASGD, Multi-ASGD and "
-            f"NAG-ASGD in final accuracy, ties within {TOLERANCE:.1%}) holds here in {held} of {len(rows)} "
-            f"settings with {min_workers}+ workers.")
+    return (
+        f"The paper's ordering (every DANA variant at least as accurate as DC-ASGD, Multi-ASGD and "
+        f"NAG-ASGD in final accuracy, ties within {TOLERANCE:.1%}) holds here in {held} of {len(rows)} "
+        f"settings with {min_workers}+ workers."
+    )

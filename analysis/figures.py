@@ -32,9 +32,14 @@ from analysis.plotting import plt
 from analysis.tables import GROUP, converged, read_table
 from benchmarks import naming
 
-FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
-         "time_to_target": "tables/time_to_target.csv", "performance_ratios": "tables/performance_ratios.csv",
-         "stragglers": "tables/stragglers.csv", "figures": "figures"}
+FILES = {
+    "runs": "tables/runs.csv",
+    "curves": "tables/curves.csv",
+    "time_to_target": "tables/time_to_target.csv",
+    "performance_ratios": "tables/performance_ratios.csv",
+    "stragglers": "tables/stragglers.csv",
+    "figures": "figures",
+}
 
 
 def step_values(wall: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -57,11 +62,12 @@ def median_band(curves: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
         ``(grid, median, low, high)`` on the union of the seeds' evaluation times.
     """
     grid = np.unique(curves["wall_s"].to_numpy(dtype=float))
-    stack = np.vstack([
-        step_values(seed["wall_s"].to_numpy(dtype=float), seed["val_metric"].to_numpy(dtype=float),
-                    grid)
-        for _, seed in curves.groupby("run_id", sort=True)
-    ])
+    stack = np.vstack(
+        [
+            step_values(seed["wall_s"].to_numpy(dtype=float), seed["val_metric"].to_numpy(dtype=float), grid)
+            for _, seed in curves.groupby("run_id", sort=True)
+        ]
+    )
     with warnings.catch_warnings():  # a grid point before every seed's first evaluation is NaN
         warnings.simplefilter("ignore", category=RuntimeWarning)
         return grid, np.nanmedian(stack, axis=0), np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
@@ -73,8 +79,9 @@ def _first(values: pd.Series) -> object:
     return values.iloc[0] if len(values) else None
 
 
-def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
-                        colours: dict | None = None) -> list[Path]:
+def plot_metric_vs_time(
+    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, colours: dict | None = None
+) -> list[Path]:
     """Draw and save one metric-vs-time figure per suite, task, nodes and processes per node.
 
     Args:
@@ -95,11 +102,12 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
         group_runs = group
         group = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for (algorithm, straggler, clock), alg_curves in group.groupby(
-                ["algorithm", *CONDITION], sort=True):
-            alg_runs = group_runs[(group_runs["algorithm"] == algorithm)
-                                  & (group_runs["straggler"] == straggler)
-                                  & (group_runs["clock"] == clock)]
+        for (algorithm, straggler, clock), alg_curves in group.groupby(["algorithm", *CONDITION], sort=True):
+            alg_runs = group_runs[
+                (group_runs["algorithm"] == algorithm)
+                & (group_runs["straggler"] == straggler)
+                & (group_runs["clock"] == clock)
+            ]
             label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)} converged)"
             label += "" if straggler == "none" else f" [{straggler}]"
             label += " (simulated)" if clock == "simulated" else ""
@@ -109,16 +117,21 @@ def plot_metric_vs_time(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
             ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
             ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
         if group.empty:
-            ax.text(0.5, 0.5, "no evaluation was recorded (every run failed before one)",
-                    ha="center", va="center", transform=ax.transAxes, color="#555555")
+            ax.text(
+                0.5,
+                0.5,
+                "no evaluation was recorded (every run failed before one)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="#555555",
+            )
         target = _first(group_runs["target"])
         if target is not None:
-            ax.axhline(target, color="black", linestyle="--", linewidth=1,
-                       label=f"target {target:g}")
+            ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:g}")
         ax.set_xlabel(plotting.time_label(group_runs["clock"].dropna()))
         ax.set_ylabel(f"validation {_first(group_runs['metric']) or 'metric'}")
-        ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers"
-                     " — median, min–max over seeds")
+        ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers — median, min–max over seeds")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", ncol=2 if len(ax.get_lines()) > 6 else 1)
         fig.tight_layout()
@@ -133,8 +146,7 @@ def write(files: dict) -> list[Path]:
     table = read_table(files["time_to_target"])
     out = Path(files["figures"])
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
-    groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP]
-              .drop_duplicates().itertuples(index=False)]
+    groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
     paths = plot_metric_vs_time(runs, curves, out, colours)
     paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)
     paths += scaling.plot_scaling(table[table["n"] > 0], out, colours)

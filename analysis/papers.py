@@ -49,8 +49,12 @@ def load_meta(path: Path = PAPERS_DIR / "papers.yaml") -> dict[str, dict[str, st
 
 def _read_numbers(path: Path, numeric: tuple[str, ...]) -> pd.DataFrame:
     """A CSV of published numbers: text stays text (a missing baseline is ""), ``numeric`` NaN where empty."""
-    return pd.read_csv(path, dtype={"algorithm": str, "baseline": str, "task": str}, keep_default_na=False,
-                       na_values={column: [""] for column in numeric})
+    return pd.read_csv(
+        path,
+        dtype={"algorithm": str, "baseline": str, "task": str},
+        keep_default_na=False,
+        na_values={column: [""] for column in numeric},
+    )
 
 
 def load_papers(directory: Path = PAPERS_DIR) -> list[Paper]:
@@ -59,8 +63,9 @@ def load_papers(directory: Path = PAPERS_DIR) -> list[Paper]:
     for key, meta in load_meta(Path(directory) / "papers.yaml").items():
         path = Path(directory) / meta["data"]
         if not path.is_file():
-            raise FileNotFoundError(f"papers.yaml: paper {key!r} names {path}, which does not exist; "
-                                    "add the CSV or fix its ``data`` entry.")
+            raise FileNotFoundError(
+                f"papers.yaml: paper {key!r} names {path}, which does not exist; add the CSV or fix its ``data`` entry."
+            )
         papers.append(Paper(key, meta, _read_numbers(path, ("value", "workers", "spread"))))
     return papers
 
@@ -114,8 +119,7 @@ def _candidates(table: pd.DataFrame, number: pd.Series) -> tuple[pd.DataFrame, b
         same_size = pd.notna(number["workers"]) and workers == int(number["workers"])
         kind_matches = (straggler == "none") == (wanted == "none")
         # Order: the paper's workload, the matching straggler kind, wall clock, then the largest.
-        rank = (not (same_task and same_size), not same_task, not kind_matches, clock != "wall",
-                -workers)
+        rank = (not (same_task and same_size), not same_task, not kind_matches, clock != "wall", -workers)
         layouts.append((rank, same_task and same_size, rows))
     if not layouts:
         return finished.iloc[0:0], False
@@ -155,8 +159,7 @@ def compare(paper: Paper, table: pd.DataFrame) -> pd.DataFrame:
                 out["comparison"] = "not run yet"
             else:
                 alg = candidates[candidates["algorithm"] == number["algorithm"]]
-                base = (candidates[candidates["algorithm"] == number["baseline"]]
-                        if number["baseline"] else None)
+                base = candidates[candidates["algorithm"] == number["baseline"]] if number["baseline"] else None
                 value = _suite_value(quantity, alg, base)
                 if not (exact or quantity in RATIOS):  # e.g. digits accuracy against ImageNet's
                     out["comparison"] = "not comparable: the paper's workload is not run yet"
@@ -185,6 +188,7 @@ def deviation(quantity: str, paper: float, suite: float) -> float:
 
 def display(compared: pd.DataFrame) -> pd.DataFrame:
     """The comparison for people: one formatted row per published number."""
+
     def fmt(value: float, unit: str) -> str:
         if pd.isna(value):
             return "—"
@@ -201,20 +205,25 @@ def display(compared: pd.DataFrame) -> pd.DataFrame:
             return f"{value:+.1f} pp"
         return f"{value:+.0%}"
 
-    source = [s + (" (read from plot)" if str(p).lower() == "true" else "")
-              for s, p in zip(compared["source"], compared["from_plot"])]
-    what = [f"{a} vs {b}" if b else a
-            for a, b in zip(compared["paper_algorithm"], compared["paper_baseline"])]
-    return pd.DataFrame({
-        "source": source,
-        "setting": compared["setting"],
-        "what": what,
-        "quantity": compared["quantity"].str.replace("_", " "),
-        "paper": [fmt(v, u) + (f" ± {s:g}" if pd.notna(s) else "")
-                  for v, u, s in zip(compared["value"], compared["unit"], compared["spread"])],
-        "this suite": [fmt(v, u) for v, u in zip(compared["suite_value"], compared["unit"])],
-        "deviation": [dev(v, q) for v, q in zip(compared["deviation"], compared["quantity"])],
-        "measured on": compared["measured_on"],
-        "comparison": compared["comparison"],
-        "note": compared["note"],
-    })
+    source = [
+        s + (" (read from plot)" if str(p).lower() == "true" else "")
+        for s, p in zip(compared["source"], compared["from_plot"])
+    ]
+    what = [f"{a} vs {b}" if b else a for a, b in zip(compared["paper_algorithm"], compared["paper_baseline"])]
+    return pd.DataFrame(
+        {
+            "source": source,
+            "setting": compared["setting"],
+            "what": what,
+            "quantity": compared["quantity"].str.replace("_", " "),
+            "paper": [
+                fmt(v, u) + (f" ± {s:g}" if pd.notna(s) else "")
+                for v, u, s in zip(compared["value"], compared["unit"], compared["spread"])
+            ],
+            "this suite": [fmt(v, u) for v, u in zip(compared["suite_value"], compared["unit"])],
+            "deviation": [dev(v, q) for v, q in zip(compared["deviation"], compared["quantity"])],
+            "measured on": compared["measured_on"],
+            "comparison": compared["comparison"],
+            "note": compared["note"],
+        }
+    )

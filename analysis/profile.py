@@ -49,11 +49,17 @@ def ratios(table: pd.DataFrame) -> pd.DataFrame:
             for algorithm in algorithms:
                 time = times.get(algorithm, math.nan)
                 ratio = time / best if pd.notna(time) else math.inf
-                rows.append({"clock": clock, **dict(zip(WORKLOAD, workload)),
-                             "algorithm": algorithm, "tta_median_s": time, "best_s": best,
-                             "ratio": ratio})
-    return pd.DataFrame(rows, columns=["clock", *WORKLOAD, "algorithm", "tta_median_s", "best_s",
-                                       "ratio"])
+                rows.append(
+                    {
+                        "clock": clock,
+                        **dict(zip(WORKLOAD, workload)),
+                        "algorithm": algorithm,
+                        "tta_median_s": time,
+                        "best_s": best,
+                        "ratio": ratio,
+                    }
+                )
+    return pd.DataFrame(rows, columns=["clock", *WORKLOAD, "algorithm", "tta_median_s", "best_s", "ratio"])
 
 
 def rho(ratio: np.ndarray, tau: float) -> float:
@@ -85,15 +91,13 @@ def profile(ratios_frame: pd.DataFrame, taus: tuple[float, ...] = TAUS) -> pd.Da
     rows = []
     for (clock, algorithm), group in ratios_frame.groupby(["clock", "algorithm"], sort=True):
         r = group["ratio"].to_numpy(dtype=float)
-        row = {"clock": clock, "algorithm": algorithm, "workloads": len(r),
-               "wins": int((r == 1.0).sum())}
+        row = {"clock": clock, "algorithm": algorithm, "workloads": len(r), "wins": int((r == 1.0).sum())}
         row.update({f"rho({tau:g})": rho(r, tau) for tau in taus})
         row["score"] = score(r)
         rows.append(row)
     columns = ["clock", "algorithm", "workloads", "wins", *[f"rho({t:g})" for t in taus], "score"]
     out = pd.DataFrame(rows, columns=columns)
-    return out.sort_values(["clock", "score", "algorithm"], ascending=[True, False, True],
-                           ignore_index=True)
+    return out.sort_values(["clock", "score", "algorithm"], ascending=[True, False, True], ignore_index=True)
 
 
 def display(table: pd.DataFrame) -> pd.DataFrame:
@@ -131,8 +135,13 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
             r = group["ratio"].to_numpy(dtype=float)
             values = [rho(r, tau) for tau in grid]
             offset = (i - count / 2) * 0.002
-            ax.step(grid, np.asarray(values) + offset, where="post", color=colour[algorithm],
-                    label=f"{algorithm} (score {score(r):.2f})")
+            ax.step(
+                grid,
+                np.asarray(values) + offset,
+                where="post",
+                color=colour[algorithm],
+                label=f"{algorithm} (score {score(r):.2f})",
+            )
         ax.set_xscale("log")
         ax.set_xlim(1.0, right)
         ax.set_xticks([t for t in (1, 1.25, 1.5, 2, 3, 4, 8, 16, 32) if t <= right])

@@ -40,16 +40,45 @@ from analysis import aggregate, cli, dana, figures, papers, profile, scaling, st
 from analysis.aggregate import CONDITION, INCOMPLETE
 from benchmarks import naming
 
-FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
-         "time_to_target": "tables/time_to_target.csv", "scaling": "tables/scaling.csv",
-         "stragglers": "tables/stragglers.csv", "performance_profile": "tables/performance_profile.csv",
-         "papers": "tables/papers.csv", "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
-         "figures": "figures/*.png", "report": "report.html"}
-METADATA_FIELDS = ["python", "torch", "torchvision", "numpy", "wandb", "mpi4py", "horovod",
-                   "git_commit", "git_dirty", "hosts", "backend", "launcher", "slurm_job_id",
-                   "device", "cuda", "nccl", "platform", "clock"]
-SECTIONS = ["Summary", "Performance profile", "Paper vs this suite",
-            "Runs that did not converge or failed", "Run metadata"]
+FILES = {
+    "runs": "tables/runs.csv",
+    "curves": "tables/curves.csv",
+    "time_to_target": "tables/time_to_target.csv",
+    "scaling": "tables/scaling.csv",
+    "stragglers": "tables/stragglers.csv",
+    "performance_profile": "tables/performance_profile.csv",
+    "papers": "tables/papers.csv",
+    "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
+    "figures": "figures/*.png",
+    "report": "report.html",
+}
+METADATA_FIELDS = [
+    "python",
+    "torch",
+    "torchvision",
+    "numpy",
+    "wandb",
+    "mpi4py",
+    "horovod",
+    "git_commit",
+    "git_dirty",
+    "hosts",
+    "backend",
+    "launcher",
+    "slurm_job_id",
+    "device",
+    "cuda",
+    "nccl",
+    "platform",
+    "clock",
+]
+SECTIONS = [
+    "Summary",
+    "Performance profile",
+    "Paper vs this suite",
+    "Runs that did not converge or failed",
+    "Run metadata",
+]
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -66,12 +95,15 @@ def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
 
     A missing number is an empty cell; everything else is its ``str``. The template escapes it.
     """
+
     def text(value: object) -> str:
         return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
 
-    return {"columns": [str(c) for c in frame.columns],
-            "classes": [(classes or {}).get(c, "") for c in frame.columns],
-            "rows": [[text(v) for v in row] for row in frame.itertuples(index=False)]}
+    return {
+        "columns": [str(c) for c in frame.columns],
+        "classes": [(classes or {}).get(c, "") for c in frame.columns],
+        "rows": [[text(v) for v in row] for row in frame.itertuples(index=False)],
+    }
 
 
 def summary_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -82,21 +114,32 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
         key = dict(zip(keys, values))
         reached = group[group["k"] > 0]
         simulated = " (simulated)" if key["clock"] == "simulated" else ""
-        row = {"suite": key["suite"], "task": key["task"],
-               "nodes×procs": _layout(key["nodes"], key["procs_per_node"]), "stragglers": key["straggler"]}
+        row = {
+            "suite": key["suite"],
+            "task": key["task"],
+            "nodes×procs": _layout(key["nodes"], key["procs_per_node"]),
+            "stragglers": key["straggler"],
+        }
         if reached.empty:
-            row.update({"fastest to target": "none reached the target", "median time (s)": "—",
-                        "converged (k/n)": "—", "speed-up vs DDP": "—"})
+            row.update(
+                {
+                    "fastest to target": "none reached the target",
+                    "median time (s)": "—",
+                    "converged (k/n)": "—",
+                    "speed-up vs DDP": "—",
+                }
+            )
         else:
             best = reached.loc[reached["tta_median_s"].idxmin()]
             speedup = best["speedup_vs_ddp"]
-            row.update({
-                "fastest to target": best["algorithm"],
-                "median time (s)": f"{best['tta_median_s']:.1f}{simulated}",
-                "converged (k/n)": best["k/n"],
-                "speed-up vs DDP": ("— (no DDP time)" if pd.isna(speedup)
-                                    else f"{speedup:.2f}×{simulated}"),
-            })
+            row.update(
+                {
+                    "fastest to target": best["algorithm"],
+                    "median time (s)": f"{best['tta_median_s']:.1f}{simulated}",
+                    "converged (k/n)": best["k/n"],
+                    "speed-up vs DDP": ("— (no DDP time)" if pd.isna(speedup) else f"{speedup:.2f}×{simulated}"),
+                }
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -104,11 +147,15 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
 def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs that failed, did not reach the target, or are unfinished: run_id, status, error."""
     bad = runs[~tables.converged(runs)].sort_values(["suite", "run_id"])
-    status = [
-        "completed (target not reached)" if s == "completed" else str(s) for s in bad["status"]
-    ]
-    return pd.DataFrame({"suite": bad["suite"].astype(str), "run_id": bad["run_id"].astype(str),
-                         "status": status, "error": bad["error"].fillna("").astype(str)})
+    status = ["completed (target not reached)" if s == "completed" else str(s) for s in bad["status"]]
+    return pd.DataFrame(
+        {
+            "suite": bad["suite"].astype(str),
+            "run_id": bad["run_id"].astype(str),
+            "status": status,
+            "error": bad["error"].fillna("").astype(str),
+        }
+    )
 
 
 def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -126,14 +173,17 @@ def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def hardware_here(runs: pd.DataFrame) -> str:
     """The suite's hardware in one line: devices, host count and backends over the runs."""
+
     def distinct(column: str) -> str:
         return "/".join(sorted(set(runs[column].dropna().astype(str)))) or "unknown"
 
     hosts = {h for v in runs["hosts"].dropna().astype(str) for h in v.split(",") if h}
     if runs["world_size"].dropna().empty:
         return "no runs yet"
-    return (f"{distinct('device')} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}, "
-            f"{distinct('backend')} backend, largest job {int(runs['world_size'].max())} processes")
+    return (
+        f"{distinct('device')} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}, "
+        f"{distinct('backend')} backend, largest job {int(runs['world_size'].max())} processes"
+    )
 
 
 class Figures:
@@ -152,17 +202,24 @@ class Figures:
 
 def _syncs(syncs: pd.DataFrame) -> dict:
     """DASO's global synchronisations beside DDP's one per step, formatted."""
-    shown = syncs.drop(columns=["suite"]).assign(**{
-        "syncs": syncs["syncs"].map("{:.0f}".format),
-        "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
-        "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
-        "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format)}).drop(
-            columns=["steps", "sync_bytes"])
+    shown = (
+        syncs.drop(columns=["suite"])
+        .assign(
+            **{
+                "syncs": syncs["syncs"].map("{:.0f}".format),
+                "steps (DDP syncs)": syncs["steps"].map("{:.0f}".format),
+                "MB over inter-node links": (syncs["sync_bytes"] / 1e6).map("{:.1f}".format),
+                "saved vs DDP": syncs["saved vs DDP"].map("{:.0%}".format),
+            }
+        )
+        .drop(columns=["steps", "sync_bytes"])
+    )
     return cells(shown)
 
 
-def _suite(suite: str, table: pd.DataFrame, scale: pd.DataFrame, pooled: pd.DataFrame,
-           syncs: pd.DataFrame, shown: Figures) -> dict:
+def _suite(
+    suite: str, table: pd.DataFrame, scale: pd.DataFrame, pooled: pd.DataFrame, syncs: pd.DataFrame, shown: Figures
+) -> dict:
     """One suite's section: ``table`` its time-to-target rows, ``scale`` its scaling rows, ``pooled``
     the straggler table over all suites."""
     finished = table[table["n"] > 0]
@@ -176,19 +233,44 @@ def _suite(suite: str, table: pd.DataFrame, scale: pd.DataFrame, pooled: pd.Data
     return {
         "name": suite,
         "table": cells(tables.display_table(table).drop(columns=["suite"])),
-        "metric_figures": [shown.get(f"{suite}: {t} on {n}×{g} workers, median and min–max over seeds; "
-                                     "dashed: target", "metric_vs_time", suite, t, n, g)
-                           for t, n, g in layouts],
+        "metric_figures": [
+            shown.get(
+                f"{suite}: {t} on {n}×{g} workers, median and min–max over seeds; dashed: target",
+                "metric_vs_time",
+                suite,
+                t,
+                n,
+                g,
+            )
+            for t, n, g in layouts
+        ],
         "scaling": cells(scaling.display(scale)) if finished["nodes"].nunique() > 1 else None,
-        "scaling_figures": [shown.get(f"{suite}: {t}, median time to target against node count (log–log, "
-                                      "min–max bars, dotted: ideal scaling)", "scaling", suite, t)
-                            for t in tasks],
+        "scaling_figures": [
+            shown.get(
+                f"{suite}: {t}, median time to target against node count (log–log, "
+                "min–max bars, dotted: ideal scaling)",
+                "scaling",
+                suite,
+                t,
+            )
+            for t in tasks
+        ],
         "stragglers": cells(straggling) if not straggling.empty else None,
-        "straggler_figures": [shown.get(f"{suite}: {t}, median throughput per straggler condition",
-                                        "stragglers", suite, t) for t in tasks],
+        "straggler_figures": [
+            shown.get(f"{suite}: {t}, median throughput per straggler condition", "stragglers", suite, t) for t in tasks
+        ],
         "syncs": _syncs(own_syncs) if not own_syncs.empty else None,
-        "trace_figures": [shown.get(f"{suite}: {t} on {n}×{g}: every extra numeric column of metrics.csv per "
-                                    "algorithm, by epoch", "traces", suite, t, n, g) for t, n, g in layouts],
+        "trace_figures": [
+            shown.get(
+                f"{suite}: {t} on {n}×{g}: every extra numeric column of metrics.csv per algorithm, by epoch",
+                "traces",
+                suite,
+                t,
+                n,
+                g,
+            )
+            for t, n, g in layouts
+        ],
     }
 
 
@@ -199,18 +281,21 @@ def _paper(key: str, meta: dict[str, str], compared: pd.DataFrame, hardware: str
     here = sorted({m for m in compared["measured_on"] if m})
     ref = re.sub(r"^https?://", "", meta.get("url", ""))  # as text: the report links nowhere
     return {
-        "key": key, "title": meta["title"],
-        "rows": [("Paper", f"{meta['title']}. {meta['authors']}. {meta['venue']}."
-                   + (f" {ref}" if ref else "")),
-                 ("Hardware", f"paper: {meta['hardware']}; here: {hardware}"),
-                 ("Scale", f"paper: {meta['scale']}; here: "
-                           + (", ".join(here) if here else "no matching runs yet")),
-                 ("Software", meta["software"]),
-                 ("Measure", meta["measure"]),
-                 ("Differences", meta["differences"]),
-                 ("Matrix", meta.get("matrix") or "none in config/ yet")],
-        "count": len(compared), "measured_count": int(measured.sum()),
-        "measured": cells(shown[measured]), "all": cells(shown),
+        "key": key,
+        "title": meta["title"],
+        "rows": [
+            ("Paper", f"{meta['title']}. {meta['authors']}. {meta['venue']}." + (f" {ref}" if ref else "")),
+            ("Hardware", f"paper: {meta['hardware']}; here: {hardware}"),
+            ("Scale", f"paper: {meta['scale']}; here: " + (", ".join(here) if here else "no matching runs yet")),
+            ("Software", meta["software"]),
+            ("Measure", meta["measure"]),
+            ("Differences", meta["differences"]),
+            ("Matrix", meta.get("matrix") or "none in config/ yet"),
+        ],
+        "count": len(compared),
+        "measured_count": int(measured.sum()),
+        "measured": cells(shown[measured]),
+        "all": cells(shown),
     }
 
 
@@ -249,22 +334,34 @@ def render(files: dict) -> Path:
     hardware = hardware_here(runs)
     problems = problem_runs(runs)
     summary = summary_table(table)
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                                     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                                     undefined=jinja2.StrictUndefined)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     environment.filters["anchor"] = _anchor
     page = environment.get_template("report.html").render(
-        runs=len(runs), finished=finished, suite_count=len(suites),
+        runs=len(runs),
+        finished=finished,
+        suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
         contents=["Summary", *[f"Suite: {s}" for s in suites], *SECTIONS[1:]],
-        summary=summary.to_dict("records"), summary_table=cells(summary),
-        suites=[_suite(str(s), table[table["suite"] == s], scale[scale["suite"] == s], pooled, syncs, shown)
-                for s in suites],
+        summary=summary.to_dict("records"),
+        summary_table=cells(summary),
+        suites=[
+            _suite(str(s), table[table["suite"] == s], scale[scale["suite"] == s], pooled, syncs, shown) for s in suites
+        ],
         profile=cells(profile.display(prof)) if not prof.empty else None,
-        profile_figure=shown.get("Performance profile: share of workloads within τ× the fastest",
-                                 "performance_profile"),
-        papers=[_paper(key, meta, _rows_of(compared, key), hardware)
-                for key, meta in papers.load_meta(files["papers_yaml"]).items()],
+        profile_figure=shown.get(
+            "Performance profile: share of workloads within τ× the fastest", "performance_profile"
+        ),
+        papers=[
+            _paper(key, meta, _rows_of(compared, key), hardware)
+            for key, meta in papers.load_meta(files["papers_yaml"]).items()
+        ],
         dana=_dana(dana.comparison(runs, curves)),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
         metadata=cells(metadata_table(runs)),
@@ -283,16 +380,24 @@ def build(results: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: by hand, rebuild everything and render; ``--render-only`` renders; prints the path."""
-    parser = cli.parser("Render the HTML report. By hand (without --render-only) aggregate, tables and "
-                        "figures run first, each with its files under --results.", FILES)
-    parser.add_argument("--render-only", action="store_true",
-                        help="render from the files named here and recompute nothing (the report rule)")
+    parser = cli.parser(
+        "Render the HTML report. By hand (without --render-only) aggregate, tables and "
+        "figures run first, each with its files under --results.",
+        FILES,
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="render from the files named here and recompute nothing (the report rule)",
+    )
     args = parser.parse_args(argv)
     if not args.render_only:
         named = [name for name in FILES if getattr(args, name) is not None]
         if named:
-            parser.error(f"--{named[0].replace('_', '-')} goes with --render-only; without it every file "
-                         "is where --results puts it")
+            parser.error(
+                f"--{named[0].replace('_', '-')} goes with --render-only; without it every file "
+                "is where --results puts it"
+            )
         build(args.results)
     print(render(cli.resolve(args, FILES)))
 

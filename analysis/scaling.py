@@ -47,9 +47,14 @@ def scaling(table: pd.DataFrame) -> pd.DataFrame:
         ref_x = with_x.iloc[0] if len(with_x) else None
         for (_, row), w in zip(line.iterrows(), workers):
             out = dict(zip(LINE, key))
-            out.update({"nodes": int(row["nodes"]), "workers": int(w),
-                        "tta_median_s": row["tta_median_s"],
-                        "throughput_median": row["throughput_median"]})
+            out.update(
+                {
+                    "nodes": int(row["nodes"]),
+                    "workers": int(w),
+                    "tta_median_s": row["tta_median_s"],
+                    "throughput_median": row["throughput_median"],
+                }
+            )
             if ref_t is not None:
                 w0 = float(ref_t["nodes"] * ref_t["procs_per_node"])
                 out["reference_nodes"] = int(ref_t["nodes"])
@@ -60,30 +65,41 @@ def scaling(table: pd.DataFrame) -> pd.DataFrame:
                 out["speedup_throughput"] = row["throughput_median"] / ref_x["throughput_median"]
                 out["efficiency_throughput"] = out["speedup_throughput"] / (w / x0)
             rows.append(out)
-    columns = LINE + ["nodes", "workers", "reference_nodes", "tta_median_s", "speedup_tta",
-                      "efficiency_tta", "throughput_median", "speedup_throughput",
-                      "efficiency_throughput"]
+    columns = LINE + [
+        "nodes",
+        "workers",
+        "reference_nodes",
+        "tta_median_s",
+        "speedup_tta",
+        "efficiency_tta",
+        "throughput_median",
+        "speedup_throughput",
+        "efficiency_throughput",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
 def display(frame: pd.DataFrame) -> pd.DataFrame:
     """The scaling table for people: one row per algorithm and node count, formatted."""
+
     def num(value: float, spec: str, suffix: str = "") -> str:
         return "—" if pd.isna(value) else format(value, spec) + suffix
 
-    return pd.DataFrame({
-        "task": frame["task"].astype(str),
-        "algorithm": frame["algorithm"].astype(str),
-        "stragglers": frame["straggler"].astype(str),
-        "nodes×procs": [f"{n}×{g}" for n, g in zip(frame["nodes"], frame["procs_per_node"])],
-        "median time to target (s)": [num(v, ".1f") for v in frame["tta_median_s"]],
-        "speed-up (time)": [num(v, ".2f", "×") for v in frame["speedup_tta"]],
-        "efficiency (time)": [num(v, ".0%") for v in frame["efficiency_tta"]],
-        "throughput (samples/s)": [num(v, ",.0f") for v in frame["throughput_median"]],
-        "speed-up (throughput)": [num(v, ".2f", "×") for v in frame["speedup_throughput"]],
-        "efficiency (throughput)": [num(v, ".0%") for v in frame["efficiency_throughput"]],
-        "clock": frame["clock"].astype(str),
-    })
+    return pd.DataFrame(
+        {
+            "task": frame["task"].astype(str),
+            "algorithm": frame["algorithm"].astype(str),
+            "stragglers": frame["straggler"].astype(str),
+            "nodes×procs": [f"{n}×{g}" for n, g in zip(frame["nodes"], frame["procs_per_node"])],
+            "median time to target (s)": [num(v, ".1f") for v in frame["tta_median_s"]],
+            "speed-up (time)": [num(v, ".2f", "×") for v in frame["speedup_tta"]],
+            "efficiency (time)": [num(v, ".0%") for v in frame["efficiency_tta"]],
+            "throughput (samples/s)": [num(v, ",.0f") for v in frame["throughput_median"]],
+            "speed-up (throughput)": [num(v, ".2f", "×") for v in frame["speedup_throughput"]],
+            "efficiency (throughput)": [num(v, ".0%") for v in frame["efficiency_throughput"]],
+            "clock": frame["clock"].astype(str),
+        }
+    )
 
 
 def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
@@ -117,8 +133,9 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
             label = algorithm + ("" if straggler == "none" else f" [{straggler}]")
             label += " (simulated)" if clock == "simulated" else ""
             style = "-" if straggler == "none" else "--"
-            ax.errorbar(nodes, median, yerr=errors, color=colour[algorithm], marker="o",
-                        linestyle=style, capsize=3, label=label)
+            ax.errorbar(
+                nodes, median, yerr=errors, color=colour[algorithm], marker="o", linestyle=style, capsize=3, label=label
+            )
             ideal = median[0] * nodes[0] / nodes
             ax.plot(nodes, ideal, color=colour[algorithm], linestyle=":", linewidth=1)
         ax.plot([], [], color="grey", linestyle=":", label="ideal (time ∝ 1/nodes)")
@@ -136,4 +153,3 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
         fig.tight_layout()
         paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
     return paths
-

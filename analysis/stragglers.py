@@ -34,11 +34,9 @@ def straggler_throughput(table: pd.DataFrame) -> pd.DataFrame:
         straggler-free run matches) and ``retained`` (their ratio; 1 for the ``none`` rows).
     """
     finished = table[table["n"] > 0]
-    pooled = (finished.groupby(MATCH + ["straggler"], sort=True)["throughput_median"].median()
-              .reset_index())
+    pooled = finished.groupby(MATCH + ["straggler"], sort=True)["throughput_median"].median().reset_index()
     none = pooled[pooled["straggler"] == "none"].drop(columns="straggler")
-    out = pooled.merge(none.rename(columns={"throughput_median": "throughput_none"}), on=MATCH,
-                       how="left")
+    out = pooled.merge(none.rename(columns={"throughput_median": "throughput_none"}), on=MATCH, how="left")
     out["retained"] = out["throughput_median"] / out["throughput_none"]
     return out[MATCH + ["straggler", "throughput_median", "throughput_none", "retained"]]
 
@@ -46,22 +44,25 @@ def straggler_throughput(table: pd.DataFrame) -> pd.DataFrame:
 def display(frame: pd.DataFrame) -> pd.DataFrame:
     """The straggler table for people: only the conditions with stragglers, formatted."""
     frame = frame[frame["straggler"] != "none"]
-    return pd.DataFrame({
-        "task": frame["task"].astype(str),
-        "nodes×procs": [f"{n}×{g}" for n, g in zip(frame["nodes"], frame["procs_per_node"])],
-        "algorithm": frame["algorithm"].astype(str),
-        "stragglers": frame["straggler"].astype(str),
-        "throughput without (samples/s)": [
-            "— (no run without stragglers)" if pd.isna(v) else f"{v:,.0f}"
-            for v in frame["throughput_none"]],
-        "throughput with (samples/s)": [f"{v:,.0f}" for v in frame["throughput_median"]],
-        "retained": ["—" if pd.isna(v) else f"{v:.0%}" for v in frame["retained"]],
-        "clock": frame["clock"].astype(str),
-    })
+    return pd.DataFrame(
+        {
+            "task": frame["task"].astype(str),
+            "nodes×procs": [f"{n}×{g}" for n, g in zip(frame["nodes"], frame["procs_per_node"])],
+            "algorithm": frame["algorithm"].astype(str),
+            "stragglers": frame["straggler"].astype(str),
+            "throughput without (samples/s)": [
+                "— (no run without stragglers)" if pd.isna(v) else f"{v:,.0f}" for v in frame["throughput_none"]
+            ],
+            "throughput with (samples/s)": [f"{v:,.0f}" for v in frame["throughput_median"]],
+            "retained": ["—" if pd.isna(v) else f"{v:.0%}" for v in frame["retained"]],
+            "clock": frame["clock"].astype(str),
+        }
+    )
 
 
-def plot_stragglers(table: pd.DataFrame, pooled: pd.DataFrame, out_dir: Path,
-                    order: list[str] | None = None) -> list[Path]:
+def plot_stragglers(
+    table: pd.DataFrame, pooled: pd.DataFrame, out_dir: Path, order: list[str] | None = None
+) -> list[Path]:
     """One bar chart per suite and task: throughput per algorithm, one bar per straggler condition.
 
     The suite's own layouts and algorithms are drawn, with the matching runs of the other
@@ -74,31 +75,40 @@ def plot_stragglers(table: pd.DataFrame, pooled: pd.DataFrame, out_dir: Path,
         present = set(own["algorithm"])
         algorithms = [a for a in order or plotting.colours(present) if a in present]
         width_in = max(7.5, 0.9 * len(algorithms) + 2)
-        fig, axes = plt.subplots(len(layouts), 1, figsize=(width_in, 3.8 * len(layouts)),
-                                 squeeze=False)
+        fig, axes = plt.subplots(len(layouts), 1, figsize=(width_in, 3.8 * len(layouts)), squeeze=False)
         for ax, (nodes, ppn) in zip(axes[:, 0], layouts):
-            rows = pooled[(pooled["task"] == task) & (pooled["nodes"] == nodes)
-                          & (pooled["procs_per_node"] == ppn)
-                          & pooled["algorithm"].isin(algorithms)]
+            rows = pooled[
+                (pooled["task"] == task)
+                & (pooled["nodes"] == nodes)
+                & (pooled["procs_per_node"] == ppn)
+                & pooled["algorithm"].isin(algorithms)
+            ]
             conditions = sorted(rows["straggler"].unique(), key=lambda s: (s != "none", s))
             width = 0.8 / max(len(conditions), 1)
             hatches = ["", "//", "xx", ".."]
             for i, condition in enumerate(conditions):
-                values = [rows.loc[(rows["algorithm"] == a) & (rows["straggler"] == condition),
-                                   "throughput_median"].median() for a in algorithms]
+                values = [
+                    rows.loc[(rows["algorithm"] == a) & (rows["straggler"] == condition), "throughput_median"].median()
+                    for a in algorithms
+                ]
                 x = np.arange(len(algorithms)) + (i - (len(conditions) - 1) / 2) * width
-                ax.bar(x, values, width, label=f"stragglers: {condition}", hatch=hatches[i % 4],
-                       color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][i % 4], edgecolor="white")
+                ax.bar(
+                    x,
+                    values,
+                    width,
+                    label=f"stragglers: {condition}",
+                    hatch=hatches[i % 4],
+                    color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][i % 4],
+                    edgecolor="white",
+                )
             ax.set_xticks(np.arange(len(algorithms)), algorithms, rotation=30, ha="right")
             ax.set_ylabel("samples/s (all workers)")
             clocks = rows["clock"].unique()
             clock = " (simulated clock)" if "simulated" in clocks else ""
             note = "" if len(conditions) > 1 else " — no straggler runs to compare yet"
-            ax.set_title(f"{suite}: {task}, {nodes}×{ppn} — throughput{clock}{note}",
-                         fontsize="medium")
+            ax.set_title(f"{suite}: {task}, {nodes}×{ppn} — throughput{clock}{note}", fontsize="medium")
             ax.grid(alpha=0.3, axis="y")
             ax.legend(fontsize="small")
         fig.tight_layout()
         paths += plotting.save(fig, out_dir, naming.figure_stem("stragglers", suite, task))
     return paths
-

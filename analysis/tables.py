@@ -29,12 +29,19 @@ from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, rea
 GROUP = ["suite", "task", "nodes", "procs_per_node"]
 KEYS = GROUP + CONDITION + ["algorithm"]
 FAILURES = ["failed", "diverged", "timeout"]
-FILES = {"runs": "tables/runs.csv", "curves": "tables/curves.csv",
-         "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
-         "time_to_target": "tables/time_to_target.csv", "time_to_target_md": "tables/time_to_target.md",
-         "scaling": "tables/scaling.csv", "performance_ratios": "tables/performance_ratios.csv",
-         "performance_profile": "tables/performance_profile.csv", "stragglers": "tables/stragglers.csv",
-         "papers": "tables/papers.csv", "dana": "tables/dana.csv"}
+FILES = {
+    "runs": "tables/runs.csv",
+    "curves": "tables/curves.csv",
+    "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
+    "time_to_target": "tables/time_to_target.csv",
+    "time_to_target_md": "tables/time_to_target.md",
+    "scaling": "tables/scaling.csv",
+    "performance_ratios": "tables/performance_ratios.csv",
+    "performance_profile": "tables/performance_profile.csv",
+    "stragglers": "tables/stragglers.csv",
+    "papers": "tables/papers.csv",
+    "dana": "tables/dana.csv",
+}
 # Columns that hold text whatever they look like, in every table this module writes.
 _TEXT = ["suite", "task", "algorithm", "straggler", "clock", "k/n", "metric"]
 
@@ -71,17 +78,21 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         tta = finished.loc[converged(finished), "time_to_target_s"]
         n, k = len(finished), len(tta)
         row = dict(zip(KEYS, key))
-        row.update({
-            "n": n, "k": k, "k/n": f"{k}/{n}",
-            "tta_median_s": tta.median() if k else math.nan,
-            "tta_min_s": tta.min() if k else math.nan,
-            "tta_max_s": tta.max() if k else math.nan,
-            "final_metric_median": finished["final_metric"].median(),
-            "best_metric_median": finished["best_metric"].median(),
-            "throughput_median": finished["throughput"].median(),
-            "comm_share_median": finished["comm_share"].median(),
-            "wall_median_s": finished["wall_s"].median(),
-        })
+        row.update(
+            {
+                "n": n,
+                "k": k,
+                "k/n": f"{k}/{n}",
+                "tta_median_s": tta.median() if k else math.nan,
+                "tta_min_s": tta.min() if k else math.nan,
+                "tta_max_s": tta.max() if k else math.nan,
+                "final_metric_median": finished["final_metric"].median(),
+                "best_metric_median": finished["best_metric"].median(),
+                "throughput_median": finished["throughput"].median(),
+                "comm_share_median": finished["comm_share"].median(),
+                "wall_median_s": finished["wall_s"].median(),
+            }
+        )
         row.update({status: int((finished["status"] == status).sum()) for status in FAILURES})
         row["incomplete"] = len(group) - n
         row["metric"] = _joined(group["metric"])
@@ -89,14 +100,26 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         row["target"] = targets.iloc[0] if len(targets) else math.nan
         rows.append(row)
     columns = KEYS + [
-        "n", "k", "k/n", "tta_median_s", "tta_min_s", "tta_max_s", "speedup_vs_ddp",
-        "final_metric_median", "best_metric_median", "throughput_median", "comm_share_median",
-        "wall_median_s", *FAILURES, "incomplete", "metric", "target",
+        "n",
+        "k",
+        "k/n",
+        "tta_median_s",
+        "tta_min_s",
+        "tta_max_s",
+        "speedup_vs_ddp",
+        "final_metric_median",
+        "best_metric_median",
+        "throughput_median",
+        "comm_share_median",
+        "wall_median_s",
+        *FAILURES,
+        "incomplete",
+        "metric",
+        "target",
     ]
     table = pd.DataFrame(rows, columns=[c for c in columns if c != "speedup_vs_ddp"])
     base = table.loc[table["algorithm"] == BASELINE, GROUP + CONDITION + ["tta_median_s"]]
-    table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP + CONDITION,
-                        how="left")
+    table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP + CONDITION, how="left")
     # NaN propagates: no DDP median or no algorithm median gives no speed-up.
     table["speedup_vs_ddp"] = table["_ddp"] / table["tta_median_s"]
     return table[columns]
@@ -109,35 +132,36 @@ def _num(value: float, spec: str) -> str:
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
     """Format a :func:`time_to_target` table for people: strings, seconds to 1 decimal, ``×``."""
-    out = pd.DataFrame({
-        "suite": table["suite"].astype(str),
-        "task": table["task"].astype(str),
-        "nodes×procs": [f"{n}×{g}" for n, g in zip(table["nodes"], table["procs_per_node"])],
-        "algorithm": table["algorithm"].astype(str),
-        "stragglers": table["straggler"].astype(str),
-        "converged (k/n)": table["k/n"],
-        "median time to target (s)": [_num(v, ".1f") for v in table["tta_median_s"]],
-        "min–max (s)": [
-            "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}"
-            for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
-        ],
-        "speed-up vs DDP": [_num(v, ".2f") + ("×" if pd.notna(v) else "")
-                            for v in table["speedup_vs_ddp"]],
-        "final metric": [_num(v, ".4g") for v in table["final_metric_median"]],
-        "best metric": [_num(v, ".4g") for v in table["best_metric_median"]],
-        "throughput (samples/s)": [_num(v, ",.0f") for v in table["throughput_median"]],
-        "comm share": [_num(v, ".1%") for v in table["comm_share_median"]],
-        "failed/diverged/timeout": [
-            f"{f}/{d}/{t}" for f, d, t in zip(table["failed"], table["diverged"], table["timeout"])
-        ],
-        "incomplete": table["incomplete"].astype(str),
-        "clock": table["clock"].astype(str),
-    })
+    out = pd.DataFrame(
+        {
+            "suite": table["suite"].astype(str),
+            "task": table["task"].astype(str),
+            "nodes×procs": [f"{n}×{g}" for n, g in zip(table["nodes"], table["procs_per_node"])],
+            "algorithm": table["algorithm"].astype(str),
+            "stragglers": table["straggler"].astype(str),
+            "converged (k/n)": table["k/n"],
+            "median time to target (s)": [_num(v, ".1f") for v in table["tta_median_s"]],
+            "min–max (s)": [
+                "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}" for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
+            ],
+            "speed-up vs DDP": [_num(v, ".2f") + ("×" if pd.notna(v) else "") for v in table["speedup_vs_ddp"]],
+            "final metric": [_num(v, ".4g") for v in table["final_metric_median"]],
+            "best metric": [_num(v, ".4g") for v in table["best_metric_median"]],
+            "throughput (samples/s)": [_num(v, ",.0f") for v in table["throughput_median"]],
+            "comm share": [_num(v, ".1%") for v in table["comm_share_median"]],
+            "failed/diverged/timeout": [
+                f"{f}/{d}/{t}" for f, d, t in zip(table["failed"], table["diverged"], table["timeout"])
+            ],
+            "incomplete": table["incomplete"].astype(str),
+            "clock": table["clock"].astype(str),
+        }
+    )
     return out
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
     """Render a frame of strings as a GitHub markdown table (no ``tabulate`` needed)."""
+
     def cell(value: object) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -145,8 +169,7 @@ def to_markdown(frame: pd.DataFrame) -> str:
         "| " + " | ".join(cell(c) for c in frame.columns) + " |",
         "|" + "|".join("---" for _ in frame.columns) + "|",
     ]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
-              for row in frame.itertuples(index=False)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -163,7 +186,8 @@ def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     per_run = rows.groupby(GROUP + ["algorithm", "run_id"], sort=True).agg(
-        syncs=("global_syncs", "sum"), steps=("step", "max"), sync_bytes=("global_sync_bytes", "sum"))
+        syncs=("global_syncs", "sum"), steps=("step", "max"), sync_bytes=("global_sync_bytes", "sum")
+    )
     out = per_run.groupby(GROUP + ["algorithm"], sort=True).median().reset_index()
     out["saved vs DDP"] = 1.0 - out["syncs"] / out["steps"]
     return out
@@ -190,16 +214,17 @@ def write(files: dict) -> pd.DataFrame:
             Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(files["time_to_target"], index=False)
     markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
-    Path(files["time_to_target_md"]).write_text(markdown + to_markdown(display_table(table)),
-                                                encoding="utf-8")
+    Path(files["time_to_target_md"]).write_text(markdown + to_markdown(display_table(table)), encoding="utf-8")
     finished = table[table["n"] > 0]
     scaling.scaling(finished).to_csv(files["scaling"], index=False)
     ratios = profile.ratios(finished)
     ratios.to_csv(files["performance_ratios"], index=False)
     profile.profile(ratios).to_csv(files["performance_profile"], index=False)
     stragglers.straggler_throughput(table).to_csv(files["stragglers"], index=False)
-    compared = [papers.compare(paper, table).assign(paper=paper.key)
-                for paper in papers.load_papers(Path(files["papers_yaml"]).parent)]
+    compared = [
+        papers.compare(paper, table).assign(paper=paper.key)
+        for paper in papers.load_papers(Path(files["papers_yaml"]).parent)
+    ]
     pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
     dana_tables = dana.comparison(runs, read_curves(files["curves"]))
     if dana_tables:  # only where there are asynchronous runs, as before: the file is not a declared output

@@ -43,8 +43,9 @@ def epoch_band(rows: pd.DataFrame, column: str) -> pd.DataFrame:
     return band.rename(columns={"min": "low", "max": "high"})
 
 
-def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None = None,
-                colours: dict | None = None) -> list[Path]:
+def plot_traces(
+    curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None = None, colours: dict | None = None
+) -> list[Path]:
     """Draw one figure per suite, task and layout with a panel per (algorithm, own column).
 
     Args:
@@ -68,23 +69,20 @@ def plot_traces(curves: pd.DataFrame, out_dir: Path, groups: list[tuple] | None 
         title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
         stem = naming.figure_stem("traces", suite, task, nodes, ppn)
         if not pairs:
-            fig = plotting.empty_figure("No algorithm here logs columns of its own in metrics.csv.",
-                                        title)
+            fig = plotting.empty_figure("No algorithm here logs columns of its own in metrics.csv.", title)
             paths += plotting.save(fig, out_dir, stem)
             continue
         n_rows = -(-len(pairs) // COLUMNS_PER_ROW)
         n_cols = min(len(pairs), COLUMNS_PER_ROW)
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 2.9 * n_rows),
-                                 squeeze=False)
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 2.9 * n_rows), squeeze=False)
         for ax, (algorithm, column) in zip(axes.flat, pairs):
             band = epoch_band(rows[rows["algorithm"] == algorithm], column)
             ax.plot(band["epoch"], band["median"], color=colour[algorithm], marker=".")
-            ax.fill_between(band["epoch"], band["low"], band["high"], color=colour[algorithm],
-                            alpha=0.2, linewidth=0)
+            ax.fill_between(band["epoch"], band["low"], band["high"], color=colour[algorithm], alpha=0.2, linewidth=0)
             ax.set_title(f"{algorithm}: {column}", fontsize="medium")
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[len(pairs):]:
+        for ax in list(axes.flat)[len(pairs) :]:
             ax.axis("off")
         fig.suptitle(title + " (median, min–max over seeds)", fontsize="medium")
         fig.tight_layout()

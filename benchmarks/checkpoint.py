@@ -66,8 +66,14 @@ def latest(out: Path) -> dict[str, object] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def save(out: Path, rank: int, world_size: int, shard: dict[str, object], record: dict[str, object],
-         group: dist.ProcessGroup | None = None) -> None:
+def save(
+    out: Path,
+    rank: int,
+    world_size: int,
+    shard: dict[str, object],
+    record: dict[str, object],
+    group: dist.ProcessGroup | None = None,
+) -> None:
     """Write this rank's ``shard``; once every rank has, rank 0 commits ``record`` as the newest checkpoint.
 
     Collective: every rank of ``group`` calls it at the same position, ``record["epoch"]`` and
@@ -80,20 +86,23 @@ def save(out: Path, rank: int, world_size: int, shard: dict[str, object], record
     ok = torch.ones(1)
     try:
         (root / name).mkdir(parents=True, exist_ok=True)
-        _write_atomic(root / name / f"rank{rank:05d}.pt", {**shard, "format": FORMAT, "rank": rank,
-                                                           "world_size": world_size, "step": record["step"]})
+        _write_atomic(
+            root / name / f"rank{rank:05d}.pt",
+            {**shard, "format": FORMAT, "rank": rank, "world_size": world_size, "step": record["step"]},
+        )
     except OSError:
         logger.exception("rank %d could not write its checkpoint shard", rank)
         ok.zero_()
     # Everyone learns whether every shard is on disk before anything points at them.
     dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
     if ok.item() < 1:
-        raise CheckpointError(f"a rank could not write its shard of checkpoint {root / name}; see log.txt "
-                              "(disk full or quota?); the previous checkpoint is kept")
+        raise CheckpointError(
+            f"a rank could not write its shard of checkpoint {root / name}; see log.txt "
+            "(disk full or quota?); the previous checkpoint is kept"
+        )
     if rank == 0:
         tmp = root / f".latest.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({**record, "format": FORMAT, "world_size": world_size, "dir": name},
-                                  indent=2) + "\n")
+        tmp.write_text(json.dumps({**record, "format": FORMAT, "world_size": world_size, "dir": name}, indent=2) + "\n")
         _fsync(tmp)
         os.replace(tmp, root / "latest.json")
         for old in root.iterdir():  # older checkpoints, and whatever a crash mid-save left
@@ -111,11 +120,15 @@ def load(out: Path, rank: int, world_size: int) -> dict[str, object] | None:
     if record is None:
         return None
     if record.get("format") != FORMAT:
-        raise CheckpointError(f"{out}/{DIRNAME} was written by checkpoint format {record.get('format')}, this "
-                              f"code reads format {FORMAT}; delete {out}/{DIRNAME} to start the run afresh")
+        raise CheckpointError(
+            f"{out}/{DIRNAME} was written by checkpoint format {record.get('format')}, this "
+            f"code reads format {FORMAT}; delete {out}/{DIRNAME} to start the run afresh"
+        )
     if record["world_size"] != world_size:
-        raise CheckpointError(f"{out}/{DIRNAME} holds {record['world_size']} ranks' states, this run has "
-                              f"{world_size}; resume with the same --nodes and --procs-per-node, or pass another --out")
+        raise CheckpointError(
+            f"{out}/{DIRNAME} holds {record['world_size']} ranks' states, this run has "
+            f"{world_size}; resume with the same --nodes and --procs-per-node, or pass another --out"
+        )
     path = Path(out) / DIRNAME / str(record["dir"]) / f"rank{rank:05d}.pt"
     shard = torch.load(path, map_location="cpu", weights_only=True)
     if shard["step"] != record["step"] or shard["rank"] != rank:
@@ -123,17 +136,34 @@ def load(out: Path, rank: int, world_size: int) -> dict[str, object] | None:
     return {**shard, "record": record}
 
 
-def restore(out: Path, rank: int, world_size: int, stateful: dict[str, object]) -> dict[str, object] | None:
-    """Resume this rank from the newest whole checkpoint, or return ``None`` where there is none.
+class Saver:
+    """One rank's checkpoints of a run: what ``restore`` loads and ``save`` writes.
 
-    Each object of ``stateful`` (model, optimizer, lr scheduler, schedule, algorithm: the run's
-    order) gets ``load_state_dict`` of the shard's entry of its name; the shard is returned for the
-    rest (the loop's position and state, the epoch's loss sum, the RNG, the commit ``"record"``).
+    Args:
+        out: the run directory. rank, world_size: this rank's place. group: the (gloo) group the
+            ranks agree over.
+        stateful: the objects whose state dicts make the checkpoint (model, optimizer, lr scheduler,
+            schedule, algorithm: the run's order, in which they are restored).
     """
-    shard = load(out, rank, world_size)
-    for key, obj in stateful.items() if shard is not None else ():
-        obj.load_state_dict(shard[key])
-    return shard
+
+    def __init__(
+        self, out: Path, rank: int, world_size: int, stateful: dict[str, object], group: dist.ProcessGroup | None = None
+    ) -> None:
+        self.out, self.rank, self.world_size, self.stateful, self.group = out, rank, world_size, stateful, group
+
+    def restore(self) -> dict[str, object] | None:
+        """Load the newest whole checkpoint into the objects and return the shard (for the loop's
+        position and state, the epoch's loss sum, the RNG, the commit ``"record"``); ``None`` if none."""
+        shard = load(self.out, self.rank, self.world_size)
+        for key, obj in self.stateful.items() if shard is not None else ():
+            obj.load_state_dict(shard[key])
+        return shard
+
+    def save(self, extra: dict[str, object], record: dict[str, object]) -> None:
+        """Save the objects' state dicts, ``extra`` (the loop's position and state; an entry there
+        replaces an object's own, as the algorithm's, taken earlier on the clock) and the RNG."""
+        shard = {k: v.state_dict() for k, v in self.stateful.items() if k not in extra}
+        save(self.out, self.rank, self.world_size, {**shard, **extra, "rng": rng_state()}, record, self.group)
 
 
 def remove(out: Path) -> None:

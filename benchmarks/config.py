@@ -243,9 +243,11 @@ def _check_values(config: RunConfig) -> None:
         if len(h["betas"]) != 2 or not all(0 <= b < 1 for b in h["betas"]):
             raise ConfigError(f"--set betas: must be two numbers in [0, 1), got {h['betas']}")
         if algorithms.get(config.algorithm).sgd_only or s["clock"] == "simulated":
-            raise ConfigError(f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule"
-                              f"{' in the simulator' if s['clock'] == 'simulated' else ''}; "
-                              f"use optimizer=sgd or another algorithm")
+            raise ConfigError(
+                f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule"
+                f"{' in the simulator' if s['clock'] == 'simulated' else ''}; "
+                f"use optimizer=sgd or another algorithm"
+            )
     problem = algorithms.get(config.algorithm).check(config.algorithm_params, h)
     if problem:
         raise ConfigError(problem)
@@ -257,14 +259,18 @@ def _check_values(config: RunConfig) -> None:
         if h["plateau_patience"] < 0 or h["min_lr"] < 0:
             raise ConfigError("--set plateau_patience and min_lr: must not be negative")
         if h["min_lr"] >= h["lr"]:
-            raise ConfigError(f"--set min_lr: must be below the lr ({h['lr']:g}), or the plateau schedule "
-                              f"never lowers it; got {h['min_lr']:g}")
+            raise ConfigError(
+                f"--set min_lr: must be below the lr ({h['lr']:g}), or the plateau schedule "
+                f"never lowers it; got {h['min_lr']:g}"
+            )
         if h["plateau_threshold"] >= 1:
-            raise ConfigError(f"--set plateau_threshold: a relative improvement, must be below 1, "
-                              f"got {h['plateau_threshold']}")
+            raise ConfigError(
+                f"--set plateau_threshold: a relative improvement, must be below 1, got {h['plateau_threshold']}"
+            )
     if h["schedule"] == "inverse_sqrt" and h["warmup_epochs"] < 1:
-        raise ConfigError("--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; "
-                          "give it at least 1 epoch")
+        raise ConfigError(
+            "--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; give it at least 1 epoch"
+        )
     devices = ("auto", "cpu", "cuda", *accelerator.registered())
     if s["device"] not in devices:
         raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s['device']!r}")
@@ -277,8 +283,10 @@ def _check_values(config: RunConfig) -> None:
     if s["clock"] == "simulated":
         if not algorithms.get(config.algorithm).simulatable:
             simulated = [name for name in algorithms.names() if algorithms.get(name).simulatable]
-            raise ConfigError(f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
-                              f"simulated algorithms: {', '.join(simulated)}")
+            raise ConfigError(
+                f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
+                f"simulated algorithms: {', '.join(simulated)}"
+            )
         if s["straggler"] == "fixed":
             raise ConfigError("--set clock=simulated: straggler must be none, gamma or gamma_het")
         for key in ("sim_step_ms", "sim_bandwidth_gbs"):
@@ -291,7 +299,9 @@ def _check_values(config: RunConfig) -> None:
     if s["straggler_delay_ms"] < 0:
         raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
     if s["checkpoint_every"] < 0:
-        raise ConfigError(f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}")
+        raise ConfigError(
+            f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}"
+        )
     if s["collective_timeout_s"] <= 0:
         raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
 
@@ -306,8 +316,11 @@ def listing() -> str:
     for name in tasks.names():
         t = tasks.get(name)
         data = f"reads --set data_root=DIR holding {t.data_hint}" if t.data_hint else "embedded, no download"
-        lines += [f"  {name:<18} {t.description}", f"  {'':<18} target {t.metric} {t.target}; {data}",
-                  f"  {'':<18} " + ", ".join(f"{k}={v!r}" for k, v in t.hparams.items())]
+        lines += [
+            f"  {name:<18} {t.description}",
+            f"  {'':<18} target {t.metric} {t.target}; {data}",
+            f"  {'':<18} " + ", ".join(f"{k}={v!r}" for k, v in t.hparams.items()),
+        ]
     lines += ["\nRun settings:", "  " + ", ".join(f"{k}={d!r}" for k, (_, d) in SETTINGS.items())]
     return "\n".join(lines)
 
@@ -327,8 +340,9 @@ def overrides_for(algorithm: str, task: str, overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.partition("=")[0].strip() in known]
 
 
-def check_matrix(algorithm_names: list[str], task_names: list[str], nodes: list[int], procs_per_node: int,
-                 overrides: list[str]) -> None:
+def check_matrix(
+    algorithm_names: list[str], task_names: list[str], nodes: list[int], procs_per_node: int, overrides: list[str]
+) -> None:
     """Resolve every (algorithm, task, nodes) of a matrix; raise ``ConfigError`` on the first problem.
 
     ``--set`` keys that belong to only some algorithms or tasks of the matrix go to the runs that
@@ -344,8 +358,9 @@ def check_matrix(algorithm_names: list[str], task_names: list[str], nodes: list[
                 resolve(algorithm, task, n, procs_per_node, 0, Path("unused"), mine, check_data=False)
     unknown = [o for o in overrides if o.partition("=")[0].strip() not in used]
     if unknown:
-        resolve(algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown,
-                check_data=False)
+        resolve(
+            algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown, check_data=False
+        )
 
 
 def available_algorithms(names: list[str]) -> list[str]:
@@ -383,8 +398,10 @@ def matrices(config: dict[str, object]) -> list[dict[str, object]]:
         m["set"] = {**base.get("set", {}), **entry.get("set", {})}
         missing = [k for k in MATRIX_KEYS if k not in m]
         if missing:
-            raise ConfigError(f"matrix {n + 1} ({m.get('suite', '?')}) lacks {', '.join(missing)}: give them "
-                              "at the top level of the config or in the entry")
+            raise ConfigError(
+                f"matrix {n + 1} ({m.get('suite', '?')}) lacks {', '.join(missing)}: give them "
+                "at the top level of the config or in the entry"
+            )
         if m["suite"] in suites:
             raise ConfigError(f"two matrices share the suite {m['suite']!r}; give each its own suite")
         suites.add(m["suite"])

@@ -66,8 +66,7 @@ def detect(env: Mapping[str, str] | None = None) -> Launch | None:
     if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:  # horovodrun --gloo (its MPI mode is mpirun)
         rank, size = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
         addr, port = _horovodrun_rendezvous(rank)
-        return Launch(rank, size, "horovodrun", addr, port, job,
-                      *local_position("horovodrun", rank, size, env))
+        return Launch(rank, size, "horovodrun", addr, port, job, *local_position("horovodrun", rank, size, env))
     # MPI before Slurm: under mpirun inside an allocation the SLURM_* variables describe mpirun's
     # own daemons, not the ranks.
     for rank_key, size_key in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
@@ -92,10 +91,8 @@ def detect(env: Mapping[str, str] | None = None) -> Launch | None:
 _LOCAL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "torchrun": (("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",)),
     "horovodrun": (("HOROVOD_LOCAL_RANK",), ("HOROVOD_LOCAL_SIZE",)),
-    "mpirun": (("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
-               ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")),
-    "srun": (("SLURM_LOCALID",),
-             ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")),
+    "mpirun": (("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")),
+    "srun": (("SLURM_LOCALID",), ("SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")),
 }
 
 
@@ -146,8 +143,9 @@ def first_host(nodelist: str) -> str:
 def _first_slurm_host() -> str:
     nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", "")
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                             text=True, check=True, timeout=30).stdout.split()
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.split()
         return out[0]
     except (OSError, subprocess.SubprocessError, IndexError):  # no scontrol here: read the list
         return first_host(nodelist) or "127.0.0.1"
@@ -171,8 +169,10 @@ def _horovodrun_rendezvous(rank: int, timeout_s: float = 120.0) -> tuple[str, in
     """
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    url = (f"http://{os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
-           f"/dpbench_{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}/master")
+    url = (
+        f"http://{os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
+        f"/dpbench_{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}/master"
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
     if rank == 0:
         # The name horovodrun reached this host by (-H), so every rank can resolve it.
@@ -243,6 +243,22 @@ def group_device() -> torch.device | None:
         return None
     kinds = [k for k, b in dist.Backend.default_device_backend_map.items() if b == backend]
     return torch.device(kinds[0], torch.get_device_module(kinds[0]).current_device())
+
+
+def all_reduce_numbers(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+    """All-reduce a few numbers over the job; on the rank's device where the job's group is the
+    device's (NCCL takes no CPU tensors)."""
+    t = torch.tensor(values, dtype=torch.float64, device=group_device())
+    dist.all_reduce(t, op=op)
+    return t.cpu()
+
+
+def global_mean(value: torch.Tensor | float) -> float:
+    return all_reduce_numbers([float(value)])[0].item() / dist.get_world_size()
+
+
+def global_max(value: float) -> float:
+    return all_reduce_numbers([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
 class _ForkedRank:
@@ -330,8 +346,9 @@ def _die_with_parent() -> None:
         return
 
 
-def spawn_local(entry: Callable[[list[str]], int], argv: list[str], nodes: int, procs_per_node: int,
-                threads: int) -> tuple[int, str | None]:
+def spawn_local(
+    entry: Callable[[list[str]], int], argv: list[str], nodes: int, procs_per_node: int, threads: int
+) -> tuple[int, str | None]:
     """Run ``entry(argv)`` (the runner's ``main``) as N×G local ranks; return (exit code, failure reason).
 
     The first rank to exit non-zero takes the job down: the others get SIGTERM, then SIGKILL after
@@ -346,6 +363,7 @@ def spawn_local(entry: Callable[[list[str]], int], argv: list[str], nodes: int, 
     # before the fork, instead of once in every rank at the same time (5-7 s of a small run's start
     # on 2 cores). The import starts no thread.
     import torch._dynamo  # noqa: F401, PLC0415
+
     port = free_port()
     procs: list[subprocess.Popen] = []
     for rank in range(world):
@@ -398,12 +416,12 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
     code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
     summary = rundir.read_summary(cfg.out)
     if reason and summary is None:
-        rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(cfg, "failed", error=reason))
+        rundir.write_summary(cfg, "failed", error=reason)
     elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
         summary["error"] = f"{reason}; rank 0 then reported: {summary.get('error')}"
         rundir.write_json_atomic(cfg.out / "summary.json", summary)
     if code == EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
-        rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(cfg, "timeout", error="stopped at start-up"))
+        rundir.write_summary(cfg, "timeout", error="stopped at start-up")
     if reason:
         print(f"error: run failed: {reason}", file=sys.stderr)
     return code
@@ -411,10 +429,17 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
 
 def rank_environment(rank: int, nodes: int, procs_per_node: int, port: int, threads: int) -> dict[str, str]:
     """The variables the local launcher gives ``rank``: torchrun's, with the virtual node as the node."""
-    return dict(RANK=str(rank), WORLD_SIZE=str(nodes * procs_per_node),
-                LOCAL_RANK=str(rank % procs_per_node), LOCAL_WORLD_SIZE=str(procs_per_node),
-                GROUP_RANK=str(rank // procs_per_node), MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port), DPB_LAUNCHER="local", OMP_NUM_THREADS=str(threads))
+    return dict(
+        RANK=str(rank),
+        WORLD_SIZE=str(nodes * procs_per_node),
+        LOCAL_RANK=str(rank % procs_per_node),
+        LOCAL_WORLD_SIZE=str(procs_per_node),
+        GROUP_RANK=str(rank // procs_per_node),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        DPB_LAUNCHER="local",
+        OMP_NUM_THREADS=str(threads),
+    )
 
 
 def _terminate(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_RUN_ID = re.compile(
-    r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<procs_per_node>\d+)__s(?P<seed>\d+)$")
+_RUN_ID = re.compile(r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<procs_per_node>\d+)__s(?P<seed>\d+)$")
 
 # Every figure of the report, with what it shows (the Snakemake report's category). Captions are
 # analysis/captions/<kind>.rst.
@@ -42,8 +41,9 @@ def parse_run_id(name: str) -> dict[str, str] | None:
     return match.groupdict() if match else None
 
 
-def figure_stem(kind: str, suite: object = None, task: object = None, nodes: object = None,
-                procs_per_node: object = None) -> str:
+def figure_stem(
+    kind: str, suite: object = None, task: object = None, nodes: object = None, procs_per_node: object = None
+) -> str:
     """File name, without extension, of one figure of ``kind``; only the fields the kind is drawn per.
 
     Path separators and spaces become ``_``, so that any suite or task name gives one file.

@@ -23,8 +23,16 @@ from benchmarks.config import RunConfig
 logger = logging.getLogger("benchmarks.run")
 
 # metrics.csv's common columns, and their names in wandb (an algorithm's own go under ``algo/``)
-WANDB_KEYS = {"train_loss": "train/loss", "val_loss": "val/loss", "val_metric": "val/metric", "lr": "train/lr",
-              "wall_s": "time/wall_s", "comm_s": "time/comm_s", "samples": "train/samples", "epoch": "epoch"}
+WANDB_KEYS = {
+    "train_loss": "train/loss",
+    "val_loss": "val/loss",
+    "val_metric": "val/metric",
+    "lr": "train/lr",
+    "wall_s": "time/wall_s",
+    "comm_s": "time/comm_s",
+    "samples": "train/samples",
+    "epoch": "epoch",
+}
 
 
 def setup_logging(path: Path) -> None:
@@ -54,8 +62,15 @@ class Recorder:
             resumed wandb run says the step it resumed at.
     """
 
-    def __init__(self, cfg: RunConfig, columns: list[str], *, writes: bool, clock: str = "wall",
-                 resume: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        columns: list[str],
+        *,
+        writes: bool,
+        clock: str = "wall",
+        resume: dict[str, object] | None = None,
+    ) -> None:
         task = tasks.get(cfg.task)
         self.cfg, self.metric, self.target, self.clock, self.writes = cfg, task.metric, task.target, clock, writes
         self.best, self.time_to_target_s, self.epochs_to_target = -math.inf, None, None
@@ -64,8 +79,9 @@ class Recorder:
         self.csv = self.wandb = None
         self.wandb_rows: list[tuple[int, dict[str, object]]] = []
         if writes:
-            self.csv = rundir.MetricsWriter(cfg.out / "metrics.csv", columns,
-                                            resume["metrics_bytes"] if resume else None)
+            self.csv = rundir.MetricsWriter(
+                cfg.out / "metrics.csv", columns, resume["metrics_bytes"] if resume else None
+            )
             if cfg.settings["wandb"]:
                 self.wandb = init_wandb(cfg, resume["step"] if resume else None)
 
@@ -73,8 +89,9 @@ class Recorder:
         """Keep and write one evaluation's ``row``; return why the run stops here, or ``None``."""
         undeclared = set(row) - set(self.columns)
         if undeclared:
-            raise ValueError(f"metrics {sorted(undeclared)} are not metrics.csv columns: declare them in the "
-                             "algorithm's ``columns``")
+            raise ValueError(
+                f"metrics {sorted(undeclared)} are not metrics.csv columns: declare them in the algorithm's ``columns``"
+            )
         self.row = row
         metric, train_loss = row["val_metric"], row["train_loss"]
         if math.isfinite(metric):
@@ -84,13 +101,20 @@ class Recorder:
         if self.writes:
             self.csv.write(row)
             if self.wandb is not None:  # sent by flush(): a wandb.log on the clock would delay every rank
-                self.wandb_rows.append((row["step"], {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items()
-                                                      if isinstance(v, (int, float))}))
+                self.wandb_rows.append(
+                    (
+                        row["step"],
+                        {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))},
+                    )
+                )
             from tqdm import tqdm
 
             clock = "simulated" if self.clock == "simulated" else "wall"
-            tqdm.write(f"epoch {row['epoch']:>3}/{self.cfg.hparams['epochs']}  train_loss {train_loss:.4f}  "
-                       f"val_{self.metric} {metric:.4f}  {clock} {row['wall_s']:.1f}s", file=sys.stderr)
+            tqdm.write(
+                f"epoch {row['epoch']:>3}/{self.cfg.hparams['epochs']}  train_loss {train_loss:.4f}  "
+                f"val_{self.metric} {metric:.4f}  {clock} {row['wall_s']:.1f}s",
+                file=sys.stderr,
+            )
         if not math.isfinite(train_loss):
             return "diverged"
         if self.time_to_target_s is not None and self.cfg.settings["stop_at_target"]:
@@ -105,10 +129,16 @@ class Recorder:
         """summary.json's measurements: the last row's, the best, the time to target."""
         row = self.row
         return {
-            "time_to_target_s": self.time_to_target_s, "epochs_to_target": self.epochs_to_target,
-            "final_metric": row.get("val_metric"), "best_metric": self.best if math.isfinite(self.best) else None,
-            "final_train_loss": row.get("train_loss"), "epochs": epochs, "steps": steps, "samples": samples,
-            "wall_s": wall, "throughput": samples / wall if wall else None,
+            "time_to_target_s": self.time_to_target_s,
+            "epochs_to_target": self.epochs_to_target,
+            "final_metric": row.get("val_metric"),
+            "best_metric": self.best if math.isfinite(self.best) else None,
+            "final_train_loss": row.get("train_loss"),
+            "epochs": epochs,
+            "steps": steps,
+            "samples": samples,
+            "wall_s": wall,
+            "throughput": samples / wall if wall else None,
             "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
         }
 
@@ -116,10 +146,13 @@ class Recorder:
         """Close metrics.csv and wandb, then write the summary (last: it marks the run done)."""
         self.close(failed=status == "failed")
         if self.writes:
-            summary = rundir.summary(self.cfg, status, clock=self.clock, **fields)
-            rundir.write_json_atomic(self.cfg.out / "summary.json", summary)
-            logger.info("%s%s: %s", status, " (simulated)" if self.clock == "simulated" else "",
-                        {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")})
+            summary = rundir.write_summary(self.cfg, status, clock=self.clock, **fields)
+            logger.info(
+                "%s%s: %s",
+                status,
+                " (simulated)" if self.clock == "simulated" else "",
+                {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")},
+            )
 
     def close(self, failed: bool = False) -> None:
         if self.csv is not None:
@@ -138,8 +171,12 @@ class Recorder:
         self.wandb_rows.clear()
 
     def state_dict(self) -> dict[str, object]:
-        return {"best": self.best, "time_to_target_s": self.time_to_target_s,
-                "epochs_to_target": self.epochs_to_target, "row": dict(self.row)}
+        return {
+            "best": self.best,
+            "time_to_target_s": self.time_to_target_s,
+            "epochs_to_target": self.epochs_to_target,
+            "row": dict(self.row),
+        }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.best, self.row = state["best"], dict(state["row"])
@@ -158,9 +195,13 @@ def init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
         import wandb
 
         return wandb.init(
-            project=cfg.settings["wandb_project"], group=cfg.settings["suite"], job_type=cfg.algorithm,
-            name=cfg.run_id, tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
-            config={**cfg.to_json(), "resumed_at_step": resumed_at_step}, dir=str(cfg.out),
+            project=cfg.settings["wandb_project"],
+            group=cfg.settings["suite"],
+            job_type=cfg.algorithm,
+            name=cfg.run_id,
+            tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
+            config={**cfg.to_json(), "resumed_at_step": resumed_at_step},
+            dir=str(cfg.out),
             mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
         )
     except Exception as error:  # noqa: BLE001 - wandb trouble must not cost the run

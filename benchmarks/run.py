@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
 
 import algorithms
 from algorithms import accelerator
@@ -38,7 +39,7 @@ from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, ta
 from benchmarks import config as config_mod
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
-from benchmarks.schedule import LRSchedule
+from benchmarks.schedule import LRSchedule, make_optimizer
 from benchmarks.stragglers import Stragglers
 
 logger = logging.getLogger("benchmarks.run")
@@ -52,8 +53,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--procs-per-node", type=int, default=1, help="processes (GPUs) per node G")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="run directory to write")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a task hyper-parameter, algorithm knob or run setting (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a task hyper-parameter, algorithm knob or run setting (repeatable)",
+    )
     p.add_argument("--list", action="store_true", help="list algorithms and tasks with their parameters")
     return p.parse_args(argv)
 
@@ -68,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         missing = [f"--{k.replace('_', '-')}" for k in ("algorithm", "task", "out") if getattr(args, k) is None]
         if missing:
             raise ConfigError(f"missing {', '.join(missing)}; see --list for the names")
-        cfg = config_mod.resolve(args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed,
-                                 args.out, args.overrides)
+        cfg = config_mod.resolve(
+            args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed, args.out, args.overrides
+        )
         _check_out(cfg.out)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -80,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     if launch is None:  # started plainly: be the launcher of a virtual cluster
         return launcher.run_locally(main, argv, cfg)
     if launch.world_size != cfg.world_size:
-        print(f"error: the launcher started {launch.world_size} ranks, but --nodes {cfg.nodes} x "
-              f"--procs-per-node {cfg.procs_per_node} = {cfg.world_size}", file=sys.stderr)
+        print(
+            f"error: the launcher started {launch.world_size} ranks, but --nodes {cfg.nodes} x "
+            f"--procs-per-node {cfg.procs_per_node} = {cfg.world_size}",
+            file=sys.stderr,
+        )
         return 2
     return train(cfg, launch)
 
@@ -91,28 +102,10 @@ def _check_out(out: Path) -> None:
     summary = rundir.read_summary(out)
     if summary is not None and summary.get("status") != "timeout":
         hint = " (or delete its summary.json to resume from its checkpoint)" if checkpoint.latest(out) else ""
-        raise ConfigError(f"{out} already holds a finished run (status {summary.get('status')}); "
-                          f"pass another --out or delete that folder{hint}")
-
-
-def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
-    """The run's optimizer: SGD with momentum (the papers' image tasks) or Adam (the Transformer's and
-    DD-PPO's); algorithms that average models or gradients apply it after their communication."""
-    if h["optimizer"] == "adam":
-        return torch.optim.Adam(params, lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"],
-                                weight_decay=h["weight_decay"])
-    return torch.optim.SGD(params, lr=h["lr"], momentum=h["momentum"], nesterov=h["nesterov"],
-                           weight_decay=h["weight_decay"])
-
-
-def default_threads(procs_per_node: int, device: torch.device, task: tasks.Task) -> int:
-    """Torch threads per rank: the CPUs this rank may use (srun's ``--cpus-per-task`` binds them),
-    or, where every rank sees the whole machine (the local launcher), an equal share of it. On a GPU
-    a task that decodes its items keeps one: the GPU computes, the rank's other CPUs decode
-    (``tasks.loader_workers``)."""
-    if accelerator.is_accelerator(device) and task.decodes:
-        return 1
-    return tasks.cpu_share(procs_per_node)
+        raise ConfigError(
+            f"{out} already holds a finished run (status {summary.get('status')}); "
+            f"pass another --out or delete that folder{hint}"
+        )
 
 
 # How long the ranks may wait for each other at start-up, where they may drift minutes apart (each
@@ -155,7 +148,7 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         cfg.out.mkdir(parents=True, exist_ok=True)
         setup_logging(cfg.out / "log.txt")
     device = launcher.pick_device(s["device"], launch.local_rank)
-    threads = s["threads"] or default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
+    threads = s["threads"] or tasks.default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
     torch.set_num_threads(threads)
     backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
     loop, record = Loop(), None
@@ -168,17 +161,18 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         model = task.make_model().to(device)
         # Every rank has its data and model before the first collective of the default group (the
         # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
-        dist.monitored_barrier(group=control, timeout=datetime.timedelta(
-            seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"])), wait_all_ranks=True)
+        patience = datetime.timedelta(seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"]))
+        dist.monitored_barrier(group=control, timeout=patience, wait_all_ranks=True)
         algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
         replicas, shard = algo.data_shard()
-        sampler = checkpoint.ResumableSampler(train_set, num_replicas=replicas, rank=shard, shuffle=True,
-                                              seed=cfg.seed, drop_last=True)
+        sampler = checkpoint.ResumableSampler(
+            train_set, num_replicas=replicas, rank=shard, shuffle=True, seed=cfg.seed, drop_last=True
+        )
         decoders = tasks.loader_workers(task, threads, launch.local_size)  # DataLoader worker processes
         loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, decoders)
         # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
-        val_loader = DataLoader(Subset(val_set, range(topo.rank, len(val_set), world)), batch_size=256,
-                                **tasks.loader_options(decoders, device))
+        val_part = Subset(val_set, range(topo.rank, len(val_set), world))
+        val_loader = DataLoader(val_part, batch_size=256, **tasks.loader_options(decoders, device))
         steps_per_epoch = len(loader)
         if steps_per_epoch == 0:
             raise ConfigError(f"batch_size {h['batch_size']} x {replicas} workers exceeds the training set")
@@ -194,31 +188,32 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         stop.connect(control)
 
         # Resume: after prepare(), so that each rank gets back its own model, not rank 0's broadcast.
-        stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "schedule": schedule,
-                    "algorithm": algo}
-        resume = checkpoint.restore(cfg.out, topo.rank, world, stateful)
+        stateful = dict(model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule, algorithm=algo)
+        saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
+        resume = saver.restore()
         record = Recorder(cfg, algo.metric_columns(), writes=master, resume=resume and resume["record"])
         if resume is not None:
             loop = Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
         if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
             (cfg.out / "summary.json").unlink()
-        stragglers = Stragglers(s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"],
-                                cfg.seed, device)
+        stragglers = Stragglers(
+            s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed, device
+        )
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
         if master:
             rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
-            rundir.write_json_atomic(cfg.out / "env.json", rundir.environment(
-                backend, launch.launcher, hosts, device, launch.slurm_job_id, threads))
-            logger.info("%s on %s: %d nodes x %d procs (%s, %s), %d steps/epoch%s", cfg.algorithm, cfg.task,
-                        cfg.nodes, cfg.procs_per_node, backend, launch.launcher, steps_per_epoch,
-                        f", resumed at epoch {loop.epoch} batch {resume['batch']}" if resume else "")
-        from tqdm import tqdm
-
+            env = rundir.environment(backend, launch.launcher, hosts, device, launch.slurm_job_id, threads)
+            rundir.write_json_atomic(cfg.out / "env.json", env)
+            resumed = f", resumed at epoch {loop.epoch} batch {resume['batch']}" if resume else ""
+            logger.info(
+                f"{cfg.algorithm} on {cfg.task}: {cfg.nodes} nodes x {cfg.procs_per_node} procs ({backend}, "
+                f"{launch.launcher}), {steps_per_epoch} steps/epoch{resumed}"
+            )
         skip = resume["batch"] if resume else 0  # batches of the first epoch done before the checkpoint
-        bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=loop.step + skip, disable=not master or None,
-                   unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
+        shown = dict(unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
+        bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=loop.step + skip, disable=not master or None, **shown)
         if resume is not None:
             checkpoint.set_rng_state(resume["rng_epoch"])
         dist.barrier()
@@ -229,12 +224,19 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             """Checkpoint ``batch`` batches into epoch ``loop.epoch``; return the seconds it took."""
             algorithm_state = algo.state_dict()  # on the clock: it may wait for communication in flight
             start = now(device)
-            shard = {**{k: v.state_dict() for k, v in stateful.items() if k != "algorithm"},
-                     "algorithm": algorithm_state, "runner": {**dataclasses.asdict(loop), **record.state_dict()},
-                     "batch": batch, "loss_sum": loss_sum, "rng": checkpoint.rng_state(), "rng_epoch": rng_epoch}
-            checkpoint.save(cfg.out, topo.rank, world, shard, {
-                "step": loop.step + batch, "epoch": loop.epoch, "batch": batch, "wall_s": _global_max(start - t0),
-                "metrics_bytes": record.metrics_bytes()}, control)
+            runner = {**dataclasses.asdict(loop), **record.state_dict()}
+            extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
+            wall = launcher.global_max(start - t0)
+            saver.save(
+                extra,
+                dict(
+                    step=loop.step + batch,
+                    epoch=loop.epoch,
+                    batch=batch,
+                    wall_s=wall,
+                    metrics_bytes=record.metrics_bytes(),
+                ),
+            )
             record.flush()
             pause = now(device) - start
             if master:
@@ -248,9 +250,10 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             train_model.train()
             stopping = False
             if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
-                loss_sum, batches = algo.train_epoch(algorithms.Epoch(
-                    epoch=epoch, batches=loader, task=task, optimizer=optimizer, lr_factor=schedule,
-                    step=loop.step, stragglers=stragglers, device=device, progress=bar.update))
+                work = algorithms.Epoch(
+                    epoch, loader, task, optimizer, schedule, loop.step, stragglers, device, bar.update
+                )
+                loss_sum, batches = algo.train_epoch(work)
             else:
                 loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
                 batches, sampler.skip = skip, skip * h["batch_size"]
@@ -278,7 +281,9 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
                 break
             loop.step += steps_per_epoch
             loop.batches += batches
-            sums = _reduced([float(loss_sum), float(batches)])  # job-wide mean loss and every rank's batches
+            sums = launcher.all_reduce_numbers(
+                [float(loss_sum), float(batches)]
+            )  # job-wide mean loss and every rank's batches
             train_loss = sums[0].item() / max(sums[1].item(), 1.0)
             loop.samples += int(sums[1].item()) * h["batch_size"]
             loop.epoch = epoch + 1
@@ -289,11 +294,19 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             if evaluation_due(epoch, h, train_loss):
                 spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
                 val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
-                row = {"epoch": epoch + 1, "step": loop.step, "samples": loop.samples,
-                       "wall_s": _global_max(now(device) - t0), "train_loss": train_loss, "val_loss": val_loss,
-                       "val_metric": val_metric, "lr": optimizer.param_groups[0]["lr"],
-                       "comm_s": None if algo.overlaps_comm else _global_mean(algo.comm_s), **algo.metrics(),
-                       **({"spread": spread} if algo.tracks_spread else {})}
+                row = {
+                    "epoch": epoch + 1,
+                    "step": loop.step,
+                    "samples": loop.samples,
+                    "wall_s": launcher.global_max(now(device) - t0),
+                    "train_loss": train_loss,
+                    "val_loss": val_loss,
+                    "val_metric": val_metric,
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "comm_s": None if algo.overlaps_comm else launcher.global_mean(algo.comm_s),
+                    **algo.metrics(),
+                    **({"spread": spread} if algo.tracks_spread else {}),
+                }
                 reason = record.record(row)
                 if reason is not None:
                     status = "diverged" if reason == "diverged" else status
@@ -310,8 +323,8 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         bar.close()
         algo.close()
         # A timeout's clock is the time so far; the others end at their last evaluation.
-        wall = _global_max(now(device) - t0) if status == "timeout" else record.row.get(
-            "wall_s", _global_max(now(device) - t0))
+        end = launcher.global_max(now(device) - t0)
+        wall = end if status == "timeout" else record.row.get("wall_s", end)
         fields = record.fields(loop.epoch, loop.step if steps is None else steps, loop.samples, wall)
         stop.close()
     except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
@@ -319,30 +332,14 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         if record is not None:
             record.close(failed=True)
         if master:
-            rundir.write_json_atomic(cfg.out / "summary.json", rundir.summary(
-                cfg, "failed", error=f"{type(error).__name__}: {error}", epochs=loop.epoch, steps=loop.step))
+            reason = f"{type(error).__name__}: {error}"
+            rundir.write_summary(cfg, "failed", error=reason, epochs=loop.epoch, steps=loop.step)
         return 1
     record.finish(status, fields)
     if master and status != "timeout":  # the summary marks the run done: its checkpoint has served
         checkpoint.remove(cfg.out)
     dist.destroy_process_group()
     return EXIT_TIMEOUT if status == "timeout" else 0
-
-
-def _reduced(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
-    """All-reduce a few numbers over the job; on the rank's device where the job's group is the
-    device's (NCCL takes no CPU tensors)."""
-    t = torch.tensor(values, dtype=torch.float64, device=launcher.group_device())
-    dist.all_reduce(t, op=op)
-    return t.cpu()
-
-
-def _global_mean(value: torch.Tensor | float) -> float:
-    return _reduced([float(value)])[0].item() / dist.get_world_size()
-
-
-def _global_max(value: float) -> float:
-    return _reduced([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
 if __name__ == "__main__":

@@ -19,8 +19,19 @@ import torch
 from benchmarks import tasks
 
 METRIC_COLUMNS = ["epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s"]
-MEASUREMENTS = ("time_to_target_s", "epochs_to_target", "final_metric", "best_metric", "final_train_loss", "epochs",
-                "steps", "samples", "wall_s", "throughput", "comm_share")
+MEASUREMENTS = (
+    "time_to_target_s",
+    "epochs_to_target",
+    "final_metric",
+    "best_metric",
+    "final_train_loss",
+    "epochs",
+    "steps",
+    "samples",
+    "wall_s",
+    "throughput",
+    "comm_share",
+)
 
 
 def write_json_atomic(path: Path, payload: dict[str, object]) -> None:
@@ -36,8 +47,23 @@ def summary(cfg, status: str, error: str | None = None, clock: str = "wall", **f
     unknown = set(fields) - set(MEASUREMENTS)
     if unknown:
         raise TypeError(f"summary() got fields that summary.json does not have: {sorted(unknown)}")
-    return {"status": status, **identity, **dict.fromkeys(MEASUREMENTS), **fields, "metric": task.metric,
-            "target": task.target, "clock": clock, "error": error}
+    return {
+        "status": status,
+        **identity,
+        **dict.fromkeys(MEASUREMENTS),
+        **fields,
+        "metric": task.metric,
+        "target": task.target,
+        "clock": clock,
+        "error": error,
+    }
+
+
+def write_summary(cfg, status: str, **fields: object) -> dict[str, object]:
+    """Write ``cfg.out``/summary.json (``summary``'s fields) atomically; return what was written."""
+    payload = summary(cfg, status, **fields)
+    write_json_atomic(cfg.out / "summary.json", payload)
+    return payload
 
 
 def read_summary(out: Path) -> dict[str, object] | None:
@@ -48,17 +74,26 @@ def read_summary(out: Path) -> dict[str, object] | None:
 def git_commit() -> dict[str, object]:
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": None, "git_dirty": None}
     return {"git_commit": commit or None, "git_dirty": dirty if commit else None}
 
 
-def environment(backend: str, launcher: str, hosts: list[str], device: torch.device,
-                slurm_job_id: str | None, threads: int) -> dict[str, object]:
+def environment(
+    backend: str, launcher: str, hosts: list[str], device: torch.device, slurm_job_id: str | None, threads: int
+) -> dict[str, object]:
     """What env.json records: enough to tell two runs' machines and software apart."""
     versions = {"python": platform.python_version(), "torch": torch.__version__}
     for name in ("torchvision", "numpy", "wandb", "mpi4py", "horovod"):
@@ -106,8 +141,10 @@ class MetricsWriter:
             self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
             return
         if resume_at is not None:
-            raise FileNotFoundError(f"{path} is missing or shorter than its checkpoint recorded ({resume_at} "
-                                    "bytes); delete the run's checkpoint/ folder to start it afresh")
+            raise FileNotFoundError(
+                f"{path} is missing or shorter than its checkpoint recorded ({resume_at} "
+                "bytes); delete the run's checkpoint/ folder to start it afresh"
+            )
         self.file = open(path, "w", newline="")  # noqa: SIM115 - open for the whole run, closed by close()
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="ignore")
         self.writer.writeheader()

@@ -63,8 +63,14 @@ class LRSchedule:
             # (relative threshold, patience, minimum) is used as is, not re-implemented here.
             self._proxy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
             self._plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                self._proxy, mode="min", factor=h["gamma"], patience=h["plateau_patience"],
-                threshold=h["plateau_threshold"], threshold_mode="rel", min_lr=min(1.0, h["min_lr"] / h["lr"]))
+                self._proxy,
+                mode="min",
+                factor=h["gamma"],
+                patience=h["plateau_patience"],
+                threshold=h["plateau_threshold"],
+                threshold_mode="rel",
+                min_lr=min(1.0, h["min_lr"] / h["lr"]),
+            )
 
     def __call__(self, step: int) -> float:
         if step < self.warmup:
@@ -101,3 +107,15 @@ class LRSchedule:
         if self._plateau is not None and state:  # empty: a checkpoint of a schedule without state
             self._plateau.load_state_dict(state["plateau"])
             self._proxy.param_groups[0]["lr"] = state["factor"]
+
+
+def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
+    """The run's optimizer: SGD with momentum (the papers' image tasks) or Adam (the Transformer's and
+    DD-PPO's); algorithms that average models or gradients apply it after their communication."""
+    if h["optimizer"] == "adam":
+        return torch.optim.Adam(
+            params, lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"], weight_decay=h["weight_decay"]
+        )
+    return torch.optim.SGD(
+        params, lr=h["lr"], momentum=h["momentum"], nesterov=h["nesterov"], weight_decay=h["weight_decay"]
+    )

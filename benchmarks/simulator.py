@@ -100,8 +100,14 @@ def simulate(cfg: RunConfig) -> int:
     else:
         p = cfg.algorithm_params
         master = async_rules.make_master(
-            cfg.algorithm, theta, workers, h["momentum"], nag_form=p["nag_form"], dc_anchor=p["dc_anchor"],
-            dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]})
+            cfg.algorithm,
+            theta,
+            workers,
+            h["momentum"],
+            nag_form=p["nag_form"],
+            dc_anchor=p["dc_anchor"],
+            dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]},
+        )
     clock = Clock(s, workers, theta.numel(), cfg.seed)
     sent = theta.repeat(workers, 1)  # what each worker computes its next gradient on
     sent_at = [0] * workers
@@ -111,28 +117,44 @@ def simulate(cfg: RunConfig) -> int:
     val_loader = DataLoader(val_set, batch_size=256)
 
     rundir.write_json_atomic(out / "config.json", cfg.to_json())
-    env = rundir.environment("none", "simulator", [platform.node()], device, None,
-                             torch.get_num_threads())
+    env = rundir.environment("none", "simulator", [platform.node()], device, None, torch.get_num_threads())
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated"})
     record = Recorder(cfg, ["gap", "lag", "sim_compute_s"], writes=True, clock="simulated")
     from tqdm import tqdm
 
-    bar = tqdm(total=h["epochs"] * updates_per_epoch, unit="update", desc=f"{cfg.algorithm}/{cfg.task} (simulated)",
-               mininterval=1.0, leave=False)
+    bar = tqdm(
+        total=h["epochs"] * updates_per_epoch,
+        unit="update",
+        desc=f"{cfg.algorithm}/{cfg.task} (simulated)",
+        mininterval=1.0,
+        leave=False,
+    )
     data = torch.Generator().manual_seed(cfg.seed)
     now, updates, status = 0.0, 0, "completed"
     compute_s = 0.0
-    logger.info("%s on %s: %d simulated workers (%s), %d updates/epoch", cfg.algorithm, cfg.task, workers,
-                s["straggler"], updates_per_epoch)
+    logger.info(
+        "%s on %s: %d simulated workers (%s), %d updates/epoch",
+        cfg.algorithm,
+        cfg.task,
+        workers,
+        s["straggler"],
+        updates_per_epoch,
+    )
     for epoch in range(h["epochs"]):
         order = torch.randperm(len(train_set), generator=data)
         gap_sum, lag_sum, loss_sum = 0.0, 0.0, 0.0
         for b in range(updates_per_epoch):
             lr = h["lr"] * lr_factor(updates)
             if synchronous:
-                step_batches = [order[(b * workers + i) * batch:(b * workers + i + 1) * batch] for i in range(workers)]
-                grads, losses = zip(*(_gradient(model, master.params, task, train_set, idx, h["weight_decay"], device)
-                                      for idx in step_batches))
+                step_batches = [
+                    order[(b * workers + i) * batch : (b * workers + i + 1) * batch] for i in range(workers)
+                ]
+                grads, losses = zip(
+                    *(
+                        _gradient(model, master.params, task, train_set, idx, h["weight_decay"], device)
+                        for idx in step_batches
+                    )
+                )
                 times = [clock.compute(i) for i in range(workers)]
                 now += max(times) + clock.allreduce()
                 compute_s += max(times)
@@ -140,8 +162,9 @@ def simulate(cfg: RunConfig) -> int:
                 loss_sum += sum(float(x) for x in losses) / workers
             else:
                 now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
-                g, loss = _gradient(model, sent[i], task, train_set, order[b * batch:(b + 1) * batch],
-                                    h["weight_decay"], device)
+                g, loss = _gradient(
+                    model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
+                )
                 payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
                 gap_sum += async_rules.gap(master.params, sent[i])
                 lag_sum += updates - sent_at[i]
@@ -163,11 +186,20 @@ def simulate(cfg: RunConfig) -> int:
         with torch.no_grad():
             vector_to_parameters(master.params, model.parameters())
         val_loss, val_metric = task.validate(model, val_loader, device)
-        row = {"epoch": epoch + 1, "step": updates, "samples": updates * batch * (workers if synchronous else 1),
-               "wall_s": now, "train_loss": train_loss, "val_loss": val_loss, "val_metric": val_metric,
-               "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
-               "comm_s": None, "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
-               "lag": 0.0 if synchronous else lag_sum / updates_per_epoch, "sim_compute_s": compute_s}
+        row = {
+            "epoch": epoch + 1,
+            "step": updates,
+            "samples": updates * batch * (workers if synchronous else 1),
+            "wall_s": now,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_metric": val_metric,
+            "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
+            "comm_s": None,
+            "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
+            "lag": 0.0 if synchronous else lag_sum / updates_per_epoch,
+            "sim_compute_s": compute_s,
+        }
         if (reason := record.record(row)) is not None:
             status = "diverged" if reason == "diverged" else status
             break

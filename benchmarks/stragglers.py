@@ -87,8 +87,16 @@ class Stragglers:
             sleep beside work the GPU had queued anyway would hide the delay.
     """
 
-    def __init__(self, kind: str, rank: int, workers: Sequence[int], ranks: int = 1, delay_ms: float = 0.0,
-                 seed: int = 0, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        rank: int,
+        workers: Sequence[int],
+        ranks: int = 1,
+        delay_ms: float = 0.0,
+        seed: int = 0,
+        device: torch.device | None = None,
+    ) -> None:
         workers = list(workers)
         if kind not in KINDS:
             raise ValueError(f"Arg ``straggler`` must be one of {KINDS}, got {kind!r}.")

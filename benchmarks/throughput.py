@@ -36,8 +36,17 @@ from benchmarks.config import coerce
 from benchmarks.stragglers import Stragglers
 
 
-def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, steps: int, warmup: int,
-                knobs: dict[str, object], straggle: tuple[int, float, int]) -> tuple[float, int]:
+def _time_steps(
+    rank: int,
+    world: int,
+    nodes: int,
+    task_name: str,
+    name: str,
+    steps: int,
+    warmup: int,
+    knobs: dict[str, object],
+    straggle: tuple[int, float, int],
+) -> tuple[float, int]:
     """``(seconds, samples)`` of ``steps`` steps per worker of ``name`` ("none" = no communication):
     the slowest rank's time and the samples all workers computed gradients on in it."""
     task = tasks.get(task_name)
@@ -58,6 +67,7 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
     g = torch.Generator().manual_seed(rank)
     samples = steps * batch * len(workers)
     if name != "none" and algo.owns_loop:  # asynchronous family: it runs the batches itself, one epoch each
+
         def epoch(index: int, n: int, first: int) -> int:
             if len(workers) < world:  # a parameter server deals one stream: n batches per worker
                 picks = torch.randint(0, len(y_all), (n * len(workers) * batch,), generator=torch.Generator())
@@ -65,9 +75,19 @@ def _time_steps(rank: int, world: int, nodes: int, task_name: str, name: str, st
             else:  # Hogwild updaters: n batches on every rank
                 picks = [torch.randint(0, len(y_all), (batch,), generator=g) for _ in range(n)]
                 batches = [(x_all[idx], y_all[idx]) for idx in picks]
-            _, done = algo.train_epoch(algorithms.Epoch(
-                epoch=index, batches=batches, task=task, optimizer=optimizer, lr_factor=lambda s: 1.0,
-                step=first, stragglers=stragglers, device=torch.device("cpu"), progress=lambda n: None))
+            _, done = algo.train_epoch(
+                algorithms.Epoch(
+                    epoch=index,
+                    batches=batches,
+                    task=task,
+                    optimizer=optimizer,
+                    lr_factor=lambda s: 1.0,
+                    step=first,
+                    stragglers=stragglers,
+                    device=torch.device("cpu"),
+                    progress=lambda n: None,
+                )
+            )
             return done
 
         epoch(0, warmup, 0)
@@ -100,8 +120,17 @@ def _worker(rank: int, world: int, store: str, args: argparse.Namespace, results
     for repeat in range(args.repeats):
         for name in ["none", *args.algorithms]:
             nodes = args.nodes if world % args.nodes == 0 else 1
-            seconds, samples = _time_steps(rank, world, nodes, args.task, name, args.steps, args.warmup,
-                                           args.knobs.get(name, {}), (args.stragglers, args.delay_ms, repeat))
+            seconds, samples = _time_steps(
+                rank,
+                world,
+                nodes,
+                args.task,
+                name,
+                args.steps,
+                args.warmup,
+                args.knobs.get(name, {}),
+                (args.stragglers, args.delay_ms, repeat),
+            )
             if rank == 0:
                 results.append((repeat, name, seconds, samples / seconds))
     dist.destroy_process_group()
@@ -118,8 +147,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nodes", type=int, default=2, help="virtual nodes (1 where W is not a multiple)")
     p.add_argument("--stragglers", type=int, default=0, help="ranks delayed at every step (WAGMA's imbalance)")
     p.add_argument("--delay-ms", type=float, default=0.0, help="delay of each delayed rank")
-    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
-                   default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0"])
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        metavar="KEY=VALUE",
+        default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0"],
+    )
     args = p.parse_args(argv)
     args.knobs = {}
     for name in args.algorithms:  # fail on a bad name or knob before starting processes
@@ -127,9 +161,11 @@ def main(argv: list[str] | None = None) -> None:
         mine = [o.partition("=") for o in args.overrides if o.partition("=")[0] in knobs]
         args.knobs[name] = {k: coerce(k, v, knobs[k][0]) for k, _, v in mine}
     batch = tasks.get(args.task).hparams["batch_size"]
-    print(f"task {args.task}, batch {batch} per worker, {args.steps} timed steps, median of {args.repeats}, "
-          f"{args.nodes} virtual nodes, {os.cpu_count()} cores"
-          + (f", {args.stragglers} rank(s) delayed {args.delay_ms:g} ms per step" if args.stragglers else ""))
+    print(
+        f"task {args.task}, batch {batch} per worker, {args.steps} timed steps, median of {args.repeats}, "
+        f"{args.nodes} virtual nodes, {os.cpu_count()} cores"
+        + (f", {args.stragglers} rank(s) delayed {args.delay_ms:g} ms per step" if args.stragglers else "")
+    )
     print(f"{'world':>5} {'algorithm':<15} {'samples/s':>10} {'vs none':>8} {'comm share':>10}")
     for world in args.world:
         with mp.Manager() as manager, tempfile.TemporaryDirectory() as tmp:
@@ -138,9 +174,12 @@ def main(argv: list[str] | None = None) -> None:
             rows = list(results)
         names = ["none", *args.algorithms]
         rate = {n: statistics.median(x for _, m, _, x in rows if m == n) for n in names}
-        ratios = {n: statistics.median(x / b for (r, m, _, x) in rows if m == n
-                                       for (r2, m2, _, b) in rows if m2 == "none" and r2 == r)
-                  for n in names}
+        ratios = {
+            n: statistics.median(
+                x / b for (r, m, _, x) in rows if m == n for (r2, m2, _, b) in rows if m2 == "none" and r2 == r
+            )
+            for n in names
+        }
         for name in names:
             print(f"{world:>5} {name:<15} {rate[name]:>10.0f} {ratios[name]:>8.2f} {1 - ratios[name]:>10.0%}")
 

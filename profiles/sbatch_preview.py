@@ -78,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configfile", required=True, help="the matrix, e.g. config/daso.yaml")
     p.add_argument("--run", default="", help="show only runs whose id contains this text")
     args = p.parse_args(argv)
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", args.profile,
-                             "--configfile", args.configfile], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--profile", args.profile, "--configfile", args.configfile],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         print(result.stdout[-3000:] + result.stderr[-3000:], file=sys.stderr)
         print(f"error: the dry run with --profile {args.profile} failed (above)", file=sys.stderr)
@@ -89,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no run to submit matches {args.run!r} (already done, or a typo)", file=sys.stderr)
         return 1
     for run_id, resources in runs.items():
-        print(f"{run_id}: nodes={resources.get('nodes')} tasks_per_node={resources.get('tasks_per_node')} "
-              f"runtime={resources.get('runtime')} min\n  {sbatch_command(run_id, resources)}")
+        print(
+            f"{run_id}: nodes={resources.get('nodes')} tasks_per_node={resources.get('tasks_per_node')} "
+            f"runtime={resources.get('runtime')} min\n  {sbatch_command(run_id, resources)}"
+        )
     return 0
 
 

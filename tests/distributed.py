@@ -54,8 +54,16 @@ def stop_after_first_epoch(command: list[str], out: Path, cwd: Path, deadline_s:
     return launcher.returncode, output
 
 
-def train_digits(rank: int, world: int, name: str, knobs: dict, out: str, steps: int, steps_per_epoch: int,
-                 check: Callable | None = None) -> None:
+def train_digits(
+    rank: int,
+    world: int,
+    name: str,
+    knobs: dict,
+    out: str,
+    steps: int,
+    steps_per_epoch: int,
+    check: Callable | None = None,
+) -> None:
     """``steps`` SGD steps (momentum, weight decay) of the digits CNN under algorithm ``name`` on a
     2-node virtual cluster, each rank on its own random batches; rank 0 saves the parameters to
     ``out``. ``check(t, algo, model)`` runs after each step (on every rank)."""

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from multiprocessing.reduction import ForkingPickler
 
 import torch
 import torch.distributed as dist
-from multiprocessing.reduction import ForkingPickler
 from torch.utils._pytree import tree_map
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 NAME = "strict"
-_COPIES = {torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default, torch.ops.aten._copy_from.default,
-           torch.ops.aten._copy_from_and_resize.default}
+_COPIES = {
+    torch.ops.aten.copy_.default,
+    torch.ops.aten._to_copy.default,
+    torch.ops.aten._copy_from.default,
+    torch.ops.aten._copy_from_and_resize.default,
+}
 
 
 class MixedDevices(RuntimeError):
@@ -45,8 +49,15 @@ class DeviceTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, inner: torch.Tensor) -> DeviceTensor:
         return torch.Tensor._make_wrapper_subclass(
-            cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(),
-            dtype=inner.dtype, layout=inner.layout, device=DEVICE, requires_grad=False)
+            cls,
+            inner.size(),
+            strides=inner.stride(),
+            storage_offset=inner.storage_offset(),
+            dtype=inner.dtype,
+            layout=inner.layout,
+            device=DEVICE,
+            requires_grad=False,
+        )
 
     def __init__(self, inner: torch.Tensor) -> None:
         self.inner = inner
@@ -76,16 +87,20 @@ class DeviceTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace == "c10d":  # the device's own groups take their tensors directly (StrictGroup)
-            raise MixedDevices(f"{func}: a tensor on {NAME} handed to a gloo group; gloo's role is the "
-                               "host's (stage a CPU copy, or use the device's group)")
+            raise MixedDevices(
+                f"{func}: a tensor on {NAME} handed to a gloo group; gloo's role is the "
+                "host's (stage a CPU copy, or use the device's group)"
+            )
         copying = func in _COPIES
 
         def unwrap(x):
             if isinstance(x, DeviceTensor):
                 return x.inner
             if isinstance(x, torch.Tensor) and x.dim() > 0 and not copying:
-                raise MixedDevices(f"{func}: a host tensor of shape {tuple(x.shape)} beside a tensor on "
-                                   f"{NAME} (a CUDA kernel refuses this: move it with .to(device))")
+                raise MixedDevices(
+                    f"{func}: a host tensor of shape {tuple(x.shape)} beside a tensor on "
+                    f"{NAME} (a CUDA kernel refuses this: move it with .to(device))"
+                )
             if isinstance(x, torch.device) and x.type == NAME:
                 return torch.device("cpu")
             return x
@@ -94,8 +109,10 @@ class DeviceTensor(torch.Tensor):
             value = args[i] if i < len(args) else kwargs.get(arg.name)
             written = arg.alias_info is not None and arg.alias_info.is_write
             if written and isinstance(value, torch.Tensor) and not isinstance(value, DeviceTensor) and not copying:
-                raise MixedDevices(f"{func}: writes a host tensor of shape {tuple(value.shape)} with a tensor on "
-                                   f"{NAME} as input (only a device tensor may take a device result)")
+                raise MixedDevices(
+                    f"{func}: writes a host tensor of shape {tuple(value.shape)} with a tensor on "
+                    f"{NAME} as input (only a device tensor may take a device result)"
+                )
         to_host = func is torch.ops.aten._to_copy.default and _host(kwargs.get("device"))
         out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
         if func is torch.ops.aten.copy_.default:
@@ -140,6 +157,7 @@ _lib = torch.library.Library("aten", "IMPL")
 # race that CUDA does not have (LAP/LPP's batch slots, written by the feed thread right after set-up,
 # lost their first labels this way). An op's result is still private and moves at its first sharing.
 
+
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return DeviceTensor(torch.empty(size, dtype=dtype, memory_format=memory_format).share_memory_())
 
@@ -180,7 +198,9 @@ class _DeviceModule:
 
     @classmethod
     def set_device(cls, device) -> None:
-        cls._current.index = torch.device(NAME, device).index if isinstance(device, int) else torch.device(device).index or 0
+        cls._current.index = (
+            torch.device(NAME, device).index if isinstance(device, int) else torch.device(device).index or 0
+        )
 
     @staticmethod
     def synchronize(device=None) -> None:
@@ -213,12 +233,15 @@ class _DeviceModule:
 
 # ---- NCCL's rules on the device's process groups ---------------------------------------------------------
 
+
 def _inner(tensors):
     out = []
     for t in tensors:
         if not isinstance(t, DeviceTensor):
-            raise MixedDevices(f"a host tensor of shape {tuple(t.shape)} on a {NAME} (NCCL-role) process group; "
-                               "NCCL takes device tensors only")
+            raise MixedDevices(
+                f"a host tensor of shape {tuple(t.shape)} on a {NAME} (NCCL-role) process group; "
+                "NCCL takes device tensors only"
+            )
         out.append(t.inner)
     return out
 
@@ -244,8 +267,10 @@ class StrictGroup(dist.ProcessGroup):
         # waits in backward, is a C++ thread (a dummy to ``threading``) and may.
         current = threading.current_thread()
         if current.ident != self.thread and not isinstance(current, threading._DummyThread):
-            raise MixedDevices(f"{op} on an NCCL-role group from a second thread: NCCL communicators are not "
-                               "safe across threads; give the thread its own (gloo) group")
+            raise MixedDevices(
+                f"{op} on an NCCL-role group from a second thread: NCCL communicators are not "
+                "safe across threads; give the thread its own (gloo) group"
+            )
 
     def allreduce(self, tensors, opts=None):
         self._check_thread("allreduce")

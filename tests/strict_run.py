@@ -4,8 +4,7 @@ registered (tests/strict_device.py), so that ``--set device=strict`` runs the GP
 import sys
 
 import tests.strict_device  # noqa: F401 - registers the device, its kernels and its process groups
-from benchmarks import launcher
-from benchmarks import run
+from benchmarks import launcher, run
 
 if __name__ == "__main__":
     launcher.exit_process(run.main(sys.argv[1:]))

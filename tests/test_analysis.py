@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import (aggregate, figures, papers, plotting, profile, report, scaling, stragglers, tables,
-                      traces)
+from analysis import aggregate, figures, papers, plotting, profile, report, scaling, stragglers, tables, traces
 from benchmarks import naming
 
 SUITE, TASK, NODES, PPN = "local", "digits", 1, 2
@@ -31,39 +30,92 @@ TARGET = 0.9
 ERROR = "RuntimeError: NCCL watchdog timed out on rank 1"
 
 
-def write_run(results: Path, algorithm: str, seed: int, *, status: str | None,
-              tta: float | None, walls: list[float], metrics: list[float],
-              error: str | None = None, extra: dict[str, list[float]] | None = None,
-              suite: str = SUITE, nodes: int = NODES, settings: dict | None = None,
-              clock: str = "wall", throughput: float | None = None) -> Path:
+def write_run(
+    results: Path,
+    algorithm: str,
+    seed: int,
+    *,
+    status: str | None,
+    tta: float | None,
+    walls: list[float],
+    metrics: list[float],
+    error: str | None = None,
+    extra: dict[str, list[float]] | None = None,
+    suite: str = SUITE,
+    nodes: int = NODES,
+    settings: dict | None = None,
+    clock: str = "wall",
+    throughput: float | None = None,
+) -> Path:
     """Write one run directory; ``status=None`` leaves out summary.json (an unfinished run)."""
     run_id = f"{TASK}__{algorithm}__n{nodes}x{PPN}__s{seed}"
     run_dir = results / "runs" / suite / run_id
     run_dir.mkdir(parents=True)
-    ident = {"suite": suite, "run_id": run_id, "algorithm": algorithm, "task": TASK,
-             "nodes": nodes, "procs_per_node": PPN, "world_size": nodes * PPN, "seed": seed}
-    (run_dir / "config.json").write_text(json.dumps({**ident, "lr": 0.1,
-                                                     "settings": settings or {"straggler": "none"}}))
-    (run_dir / "env.json").write_text(json.dumps({
-        "python": "3.11.7", "torch": "2.13.0", "hosts": ["node01", f"node0{2 + seed % 2}"],
-        "git_commit": "f7ed4d1", "backend": "gloo", "launcher": "local", "slurm_job_id": None}))
-    frame = pd.DataFrame({
-        "epoch": range(1, len(walls) + 1), "step": [10 * (i + 1) for i in range(len(walls))],
-        "samples": [640 * (i + 1) for i in range(len(walls))], "wall_s": walls,
-        "train_loss": [1.0 / (i + 1) for i in range(len(walls))], "val_loss": [0.5] * len(walls),
-        "val_metric": metrics, "lr": [0.1] * len(walls),
-        "comm_s": [None] * len(walls) if algorithm == "ddp" else [0.5 * w for w in walls],
-        **(extra or {})})
+    ident = {
+        "suite": suite,
+        "run_id": run_id,
+        "algorithm": algorithm,
+        "task": TASK,
+        "nodes": nodes,
+        "procs_per_node": PPN,
+        "world_size": nodes * PPN,
+        "seed": seed,
+    }
+    (run_dir / "config.json").write_text(
+        json.dumps({**ident, "lr": 0.1, "settings": settings or {"straggler": "none"}})
+    )
+    (run_dir / "env.json").write_text(
+        json.dumps(
+            {
+                "python": "3.11.7",
+                "torch": "2.13.0",
+                "hosts": ["node01", f"node0{2 + seed % 2}"],
+                "git_commit": "f7ed4d1",
+                "backend": "gloo",
+                "launcher": "local",
+                "slurm_job_id": None,
+            }
+        )
+    )
+    frame = pd.DataFrame(
+        {
+            "epoch": range(1, len(walls) + 1),
+            "step": [10 * (i + 1) for i in range(len(walls))],
+            "samples": [640 * (i + 1) for i in range(len(walls))],
+            "wall_s": walls,
+            "train_loss": [1.0 / (i + 1) for i in range(len(walls))],
+            "val_loss": [0.5] * len(walls),
+            "val_metric": metrics,
+            "lr": [0.1] * len(walls),
+            "comm_s": [None] * len(walls) if algorithm == "ddp" else [0.5 * w for w in walls],
+            **(extra or {}),
+        }
+    )
     frame.to_csv(run_dir / "metrics.csv", index=False)
     if status is not None:
-        (run_dir / "summary.json").write_text(json.dumps({
-            **ident, "status": status, "time_to_target_s": tta, "epochs_to_target": None,
-            "final_metric": metrics[-1] if metrics else None, "best_metric": max(metrics or [0]),
-            "final_train_loss": 0.1, "epochs": len(walls), "steps": 10 * len(walls),
-            "samples": 640 * len(walls), "wall_s": walls[-1] if walls else 0.0,
-            "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
-            "comm_share": None if algorithm == "ddp" else 0.5,
-            "metric": "accuracy", "target": TARGET, "clock": clock, "error": error}))
+        (run_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    **ident,
+                    "status": status,
+                    "time_to_target_s": tta,
+                    "epochs_to_target": None,
+                    "final_metric": metrics[-1] if metrics else None,
+                    "best_metric": max(metrics or [0]),
+                    "final_train_loss": 0.1,
+                    "epochs": len(walls),
+                    "steps": 10 * len(walls),
+                    "samples": 640 * len(walls),
+                    "wall_s": walls[-1] if walls else 0.0,
+                    "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
+                    "comm_share": None if algorithm == "ddp" else 0.5,
+                    "metric": "accuracy",
+                    "target": TARGET,
+                    "clock": clock,
+                    "error": error,
+                }
+            )
+        )
     return run_dir
 
 
@@ -71,15 +123,22 @@ def write_run(results: Path, algorithm: str, seed: int, *, status: str | None,
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("results")
     for seed, tta in enumerate([10.0, 12.0, 14.0]):
-        write_run(root, "ddp", seed, status="completed", tta=tta,
-                  walls=[tta / 2, tta, tta + 4], metrics=[0.5, 0.92, 0.95])
-    write_run(root, "ddp", 3, status="completed", tta=None, walls=[5.0, 10.0, 20.0],
-              metrics=[0.4, 0.6, 0.8])
+        write_run(
+            root, "ddp", seed, status="completed", tta=tta, walls=[tta / 2, tta, tta + 4], metrics=[0.5, 0.92, 0.95]
+        )
+    write_run(root, "ddp", 3, status="completed", tta=None, walls=[5.0, 10.0, 20.0], metrics=[0.4, 0.6, 0.8])
     for seed, tta in enumerate([6.0, 8.0]):
-        write_run(root, "allreduce", seed, status="completed", tta=tta, walls=[tta / 2, tta],
-                  metrics=[0.6, 0.91], extra={"bucket_mb": [25.0, 25.0]})
-    write_run(root, "allreduce", 2, status="failed", tta=None, walls=[3.0], metrics=[0.5],
-              error=ERROR)
+        write_run(
+            root,
+            "allreduce",
+            seed,
+            status="completed",
+            tta=tta,
+            walls=[tta / 2, tta],
+            metrics=[0.6, 0.91],
+            extra={"bucket_mb": [25.0, 25.0]},
+        )
+    write_run(root, "allreduce", 2, status="failed", tta=None, walls=[3.0], metrics=[0.5], error=ERROR)
     write_run(root, "allreduce", 3, status=None, tta=None, walls=[2.0], metrics=[0.3])
     return root
 
@@ -150,16 +209,14 @@ def test_display_and_markdown(table: pd.DataFrame) -> None:
 
 
 def test_step_values_hold_last_value() -> None:
-    values = figures.step_values(np.array([3.0, 1.0]), np.array([0.6, 0.2]),
-                                 np.array([0.5, 1, 2, 3, 9]))
+    values = figures.step_values(np.array([3.0, 1.0]), np.array([0.6, 0.2]), np.array([0.5, 1, 2, 3, 9]))
     assert math.isnan(values[0]) and values[1:].tolist() == [0.2, 0.2, 0.6, 0.6]
 
 
 def test_median_band_over_seeds(results: Path) -> None:
     # allreduce, finished seeds: s0 (3 s: 0.6, 6 s: 0.91), s1 (4 s: 0.6, 8 s: 0.91), s2 (3 s: 0.5).
     curves = aggregate.load_curves(results)
-    curves = curves[(curves["algorithm"] == "allreduce")
-                    & (curves["status"] != aggregate.INCOMPLETE)]
+    curves = curves[(curves["algorithm"] == "allreduce") & (curves["status"] != aggregate.INCOMPLETE)]
     grid, median, low, high = figures.median_band(curves)
     assert grid.tolist() == [3.0, 4.0, 6.0, 8.0]
     assert median.tolist() == pytest.approx([0.55, 0.6, 0.6, 0.91])
@@ -189,8 +246,12 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     assert "<td>allreduce</td>" in summary and "1.71×" in summary and "7.0" in summary
     for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
         assert (results / "tables" / name).stat().st_size > 0
-    for stem in ["local__digits__n1x2__traces", "local__digits__scaling",
-                 "local__digits__stragglers", "performance_profile"]:
+    for stem in [
+        "local__digits__n1x2__traces",
+        "local__digits__scaling",
+        "local__digits__stragglers",
+        "performance_profile",
+    ]:
         assert (results / "figures" / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
         assert (results / "figures" / f"{stem}.svg").is_file()
     problems = text.split("did not converge or failed</h2>")[1].split("<h2")[0]
@@ -218,7 +279,12 @@ def test_render_only_reads_the_tables_and_figures_not_the_runs(results: Path, tm
 def test_run_ids_and_figure_names() -> None:
     assert naming.run_id("digits", "post_local_sgd", 2, 4, 10) == "digits__post_local_sgd__n2x4__s10"
     assert naming.parse_run_id("digits__post_local_sgd__n2x4__s10") == {
-        "task": "digits", "algorithm": "post_local_sgd", "nodes": "2", "procs_per_node": "4", "seed": "10"}
+        "task": "digits",
+        "algorithm": "post_local_sgd",
+        "nodes": "2",
+        "procs_per_node": "4",
+        "seed": "10",
+    }
     assert naming.parse_run_id("try1") is None  # a run started by hand into a directory of its own
     assert naming.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
     assert naming.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
@@ -243,11 +309,34 @@ def test_global_syncs_against_ddp_on_hand_made_curves():
     rows = []
     for seed, syncs in ((0, [22, 7, 7]), (1, [22, 7, 9])):  # per-epoch global syncs of two DASO seeds
         for epoch, n in enumerate(syncs, start=1):
-            rows.append({"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "algorithm": "daso",
-                         "run_id": f"r{seed}", "epoch": epoch, "step": 22 * epoch, "global_syncs": n,
-                         "global_sync_bytes": 100 * n})
-    rows.append({"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "algorithm": "ddp", "run_id": "d",
-                 "epoch": 1, "step": 22, "global_syncs": float("nan"), "global_sync_bytes": float("nan")})
+            rows.append(
+                {
+                    "suite": "s",
+                    "task": "t",
+                    "nodes": 2,
+                    "procs_per_node": 2,
+                    "algorithm": "daso",
+                    "run_id": f"r{seed}",
+                    "epoch": epoch,
+                    "step": 22 * epoch,
+                    "global_syncs": n,
+                    "global_sync_bytes": 100 * n,
+                }
+            )
+    rows.append(
+        {
+            "suite": "s",
+            "task": "t",
+            "nodes": 2,
+            "procs_per_node": 2,
+            "algorithm": "ddp",
+            "run_id": "d",
+            "epoch": 1,
+            "step": 22,
+            "global_syncs": float("nan"),
+            "global_sync_bytes": float("nan"),
+        }
+    )
     out = tables.global_syncs(pd.DataFrame(rows))
     assert list(out["algorithm"]) == ["daso"]  # DDP has no such column values
     row = out.iloc[0]
@@ -257,27 +346,46 @@ def test_global_syncs_against_ddp_on_hand_made_curves():
 
 def test_straggler_label_names_every_setting_that_changes_the_delay() -> None:
     assert aggregate.straggler_label({}) == "none"
-    assert aggregate.straggler_label({"straggler": "fixed", "straggler_ranks": 2,
-                                      "straggler_delay_ms": 320.0}) == "fixed 2×320 ms"
-    assert aggregate.straggler_label({"straggler": "gamma_het", "straggler_delay_ms": 50}) == \
-        "gamma_het 50 ms"
+    assert (
+        aggregate.straggler_label({"straggler": "fixed", "straggler_ranks": 2, "straggler_delay_ms": 320.0})
+        == "fixed 2×320 ms"
+    )
+    assert aggregate.straggler_label({"straggler": "gamma_het", "straggler_delay_ms": 50}) == "gamma_het 50 ms"
 
 
 def _row(algorithm: str, nodes: int, tta: float, throughput: float, **extra: object) -> dict:
     """One time-to-target table row, only the columns the derived tables read."""
-    row = {"suite": "s", "task": "t", "nodes": nodes, "procs_per_node": 2, "straggler": "none",
-           "clock": "wall", "algorithm": algorithm, "n": 3, "k": 3 if tta == tta else 0,
-           "tta_median_s": tta, "tta_min_s": tta, "tta_max_s": tta,
-           "throughput_median": throughput, "wall_median_s": 2 * tta}
+    row = {
+        "suite": "s",
+        "task": "t",
+        "nodes": nodes,
+        "procs_per_node": 2,
+        "straggler": "none",
+        "clock": "wall",
+        "algorithm": algorithm,
+        "n": 3,
+        "k": 3 if tta == tta else 0,
+        "tta_median_s": tta,
+        "tta_min_s": tta,
+        "tta_max_s": tta,
+        "throughput_median": throughput,
+        "wall_median_s": 2 * tta,
+    }
     row.update(extra)
     return row
 
 
 def test_scaling_speedup_and_parallel_efficiency() -> None:
     # ddp: 100 s on 1 node, 60 s on 2, 40 s on 4 (workers 2, 4, 8); throughput 10, 18, 30.
-    table = pd.DataFrame([_row("ddp", 1, 100.0, 10.0), _row("ddp", 2, 60.0, 18.0),
-                          _row("ddp", 4, 40.0, 30.0), _row("daso", 2, math.nan, 20.0),
-                          _row("daso", 4, 30.0, 36.0)])
+    table = pd.DataFrame(
+        [
+            _row("ddp", 1, 100.0, 10.0),
+            _row("ddp", 2, 60.0, 18.0),
+            _row("ddp", 4, 40.0, 30.0),
+            _row("daso", 2, math.nan, 20.0),
+            _row("daso", 4, 30.0, 36.0),
+        ]
+    )
     out = scaling.scaling(table).set_index(["algorithm", "nodes"])
     assert out.loc[("ddp", 2), "speedup_tta"] == pytest.approx(100 / 60)
     assert out.loc[("ddp", 4), "efficiency_tta"] == pytest.approx(2.5 / 4)
@@ -291,10 +399,17 @@ def test_scaling_speedup_and_parallel_efficiency() -> None:
 
 def test_performance_profile_values() -> None:
     # Three workloads (1, 2, 4 nodes). a: 10, 30, 40 s; b: 20, 15, never; c: only on 1 node, 50 s.
-    table = pd.DataFrame([
-        _row("a", 1, 10.0, 1.0), _row("a", 2, 30.0, 1.0), _row("a", 4, 40.0, 1.0),
-        _row("b", 1, 20.0, 1.0), _row("b", 2, 15.0, 1.0), _row("b", 4, math.nan, 1.0),
-        _row("c", 1, 50.0, 1.0)])
+    table = pd.DataFrame(
+        [
+            _row("a", 1, 10.0, 1.0),
+            _row("a", 2, 30.0, 1.0),
+            _row("a", 4, 40.0, 1.0),
+            _row("b", 1, 20.0, 1.0),
+            _row("b", 2, 15.0, 1.0),
+            _row("b", 4, math.nan, 1.0),
+            _row("c", 1, 50.0, 1.0),
+        ]
+    )
     ratios = profile.ratios(table)
     r = ratios.set_index(["algorithm", "nodes"])["ratio"]
     assert (r[("a", 1)], r[("a", 2)], r[("a", 4)]) == (1.0, 2.0, 1.0)
@@ -312,13 +427,34 @@ def test_performance_profile_values() -> None:
 
 
 def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
-    runs = pd.DataFrame([
-        {"suite": "s", "task": "t", "nodes": 1, "procs_per_node": 2, "straggler": "none",
-         "clock": clock, "algorithm": alg, "status": "completed", "time_to_target_s": tta,
-         "final_metric": 0.9, "best_metric": 0.9, "throughput": 1.0, "comm_share": 0.1,
-         "wall_s": tta, "metric": "accuracy", "target": 0.9}
-        for alg, clock, tta in (("ddp", "wall", 10.0), ("dana_slim", "simulated", 2.0),
-                                ("ddp", "simulated", 4.0), ("local_sgd", "wall", 5.0))])
+    runs = pd.DataFrame(
+        [
+            {
+                "suite": "s",
+                "task": "t",
+                "nodes": 1,
+                "procs_per_node": 2,
+                "straggler": "none",
+                "clock": clock,
+                "algorithm": alg,
+                "status": "completed",
+                "time_to_target_s": tta,
+                "final_metric": 0.9,
+                "best_metric": 0.9,
+                "throughput": 1.0,
+                "comm_share": 0.1,
+                "wall_s": tta,
+                "metric": "accuracy",
+                "target": 0.9,
+            }
+            for alg, clock, tta in (
+                ("ddp", "wall", 10.0),
+                ("dana_slim", "simulated", 2.0),
+                ("ddp", "simulated", 4.0),
+                ("local_sgd", "wall", 5.0),
+            )
+        ]
+    )
     table = tables.time_to_target(runs).set_index(["algorithm", "clock"])
     assert table.loc[("dana_slim", "simulated"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2
     assert table.loc[("local_sgd", "wall"), "speedup_vs_ddp"] == 2.0
@@ -329,11 +465,14 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
 
 
 def test_throughput_with_and_without_stragglers() -> None:
-    table = pd.DataFrame([
-        _row("wagma", 1, 10.0, 100.0), _row("wagma", 1, 12.0, 80.0, straggler="fixed 1×50 ms",
-                                            suite="other"),
-        _row("ddp", 1, 10.0, 100.0), _row("ddp", 1, 20.0, 40.0, straggler="fixed 1×50 ms",
-                                          suite="other")])
+    table = pd.DataFrame(
+        [
+            _row("wagma", 1, 10.0, 100.0),
+            _row("wagma", 1, 12.0, 80.0, straggler="fixed 1×50 ms", suite="other"),
+            _row("ddp", 1, 10.0, 100.0),
+            _row("ddp", 1, 20.0, 40.0, straggler="fixed 1×50 ms", suite="other"),
+        ]
+    )
     out = stragglers.straggler_throughput(table).set_index(["algorithm", "straggler"])
     assert out.loc[("wagma", "fixed 1×50 ms"), "retained"] == pytest.approx(0.8)
     assert out.loc[("ddp", "fixed 1×50 ms"), "retained"] == pytest.approx(0.4)
@@ -353,20 +492,30 @@ def test_traces_find_every_extra_numeric_column(results: Path) -> None:
 def test_paper_numbers_compare_on_the_same_or_a_substituted_workload(tmp_path: Path) -> None:
     (tmp_path / "papers.yaml").write_text(
         "p:\n  title: T\n  authors: A\n  venue: V\n  url: ''\n  data: p.csv\n  hardware: H\n"
-        "  software: S\n  scale: X\n  measure: M\n  differences: D\n")
-    header = ("source,from_plot,workload,task,workers,straggler,setting,paper_algorithm,algorithm,"
-              "paper_baseline,baseline,quantity,value,spread,unit,note\n")
-    (tmp_path / "p.csv").write_text(header + "\n".join([
-        "Table 1,false,W,t,4,none,s,A,a,B,ddp,speedup,1.5,,x,",            # run at 2x2: same
-        "Table 1,false,W,t,4,none,s,A,a,,,final_metric,80,,%,",             # same workload
-        "Fig. 2,true,W,u,64,none,s,A,a,B,ddp,time_reduction,25,,%,",         # substituted
-        "Fig. 2,true,W,u,64,none,s,A,a,,,final_metric,70,,%,",               # not comparable
-        "Text,false,W,t,4,none,s,A,,B,ddp,speedup,2,,x,",                     # not in the suite
-        "Text,false,W,t,4,none,s,A,a,,,time,3,,h,",                           # absolute time
-    ]) + "\n")
+        "  software: S\n  scale: X\n  measure: M\n  differences: D\n"
+    )
+    header = (
+        "source,from_plot,workload,task,workers,straggler,setting,paper_algorithm,algorithm,"
+        "paper_baseline,baseline,quantity,value,spread,unit,note\n"
+    )
+    (tmp_path / "p.csv").write_text(
+        header
+        + "\n".join(
+            [
+                "Table 1,false,W,t,4,none,s,A,a,B,ddp,speedup,1.5,,x,",  # run at 2x2: same
+                "Table 1,false,W,t,4,none,s,A,a,,,final_metric,80,,%,",  # same workload
+                "Fig. 2,true,W,u,64,none,s,A,a,B,ddp,time_reduction,25,,%,",  # substituted
+                "Fig. 2,true,W,u,64,none,s,A,a,,,final_metric,70,,%,",  # not comparable
+                "Text,false,W,t,4,none,s,A,,B,ddp,speedup,2,,x,",  # not in the suite
+                "Text,false,W,t,4,none,s,A,a,,,time,3,,h,",  # absolute time
+            ]
+        )
+        + "\n"
+    )
     [paper] = papers.load_papers(tmp_path)
-    table = pd.DataFrame([_row("a", 2, 10.0, 1.0, final_metric_median=0.85),
-                          _row("ddp", 2, 15.0, 1.0, final_metric_median=0.84)])
+    table = pd.DataFrame(
+        [_row("a", 2, 10.0, 1.0, final_metric_median=0.85), _row("ddp", 2, 15.0, 1.0, final_metric_median=0.84)]
+    )
     table["wall_median_s"] = [30.0, 60.0]
     out = papers.compare(paper, table)
     assert out.loc[0, "suite_value"] == 2.0 and out.loc[0, "comparison"] == "same workload"
@@ -390,8 +539,14 @@ def test_shipped_paper_numbers_have_their_source() -> None:
         assert len(numbers) > 10 and numbers["source"].str.len().min() > 0
         assert set(numbers["from_plot"].astype(str).str.lower()) <= {"true", "false"}
         assert numbers["value"].notna().all()
-        assert set(numbers["quantity"]) <= {"final_metric", "time", "speedup", "time_reduction",
-                                             "throughput_speedup", "throughput"}
+        assert set(numbers["quantity"]) <= {
+            "final_metric",
+            "time",
+            "speedup",
+            "time_reduction",
+            "throughput_speedup",
+            "throughput",
+        }
     wagma = next(p for p in loaded if p.key == "wagma").numbers
     row = wagma[(wagma["baseline"] == "allreduce") & (wagma["quantity"] == "speedup")]
     assert row["value"].tolist() == [1.63] and row["source"].str.startswith("Fig. 5").all()

@@ -48,9 +48,12 @@ def _gather(t: torch.Tensor) -> list[torch.Tensor]:
 
 # ---- pure functions -------------------------------------------------------------------------------------
 
+
 def test_pure_rules_on_hand_checkable_numbers():
-    assert torch.equal(mix(torch.tensor([3.0]), {1: torch.tensor([6.0]), 2: torch.tensor([0.0])},
-                           {1: 1 / 3, 2: 1 / 3}, 1 / 3), torch.tensor([3.0]))
+    assert torch.equal(
+        mix(torch.tensor([3.0]), {1: torch.tensor([6.0]), 2: torch.tensor([0.0])}, {1: 1 / 3, 2: 1 / 3}, 1 / 3),
+        torch.tensor([3.0]),
+    )
     x, w = push_sum_share(torch.tensor([6.0, 3.0]), 1.0, num_peers=2)
     assert torch.equal(x, torch.tensor([2.0, 1.0])) and w == 1 / 3
     assert torch.equal(debias(torch.tensor([1.0, 2.0]), 0.5), torch.tensor([2.0, 4.0]))
@@ -60,6 +63,7 @@ def test_pure_rules_on_hand_checkable_numbers():
 
 
 # ---- local SGD --------------------------------------------------------------------------------------------
+
 
 def _local_sgd_rule(rank: int, world: int) -> None:
     # lr 1, gradient = rank (loss = rank * sum(w)); H = 2: step 1 local, step 2 averaged.
@@ -98,8 +102,12 @@ def _torch_post_local(rank: int, world: int, out: str) -> None:
     model = digits.make_model()
     ddp = nn.parallel.DistributedDataParallel(model)
     switch = 3  # steps_per_epoch 3 x switch_epoch 1
-    ddp.register_comm_hook(PostLocalSGDState(process_group=None, subgroup=None, start_localSGD_iter=switch,
-                                             post_local_gradient_allreduce=False), post_localSGD_hook)
+    ddp.register_comm_hook(
+        PostLocalSGDState(
+            process_group=None, subgroup=None, start_localSGD_iter=switch, post_local_gradient_allreduce=False
+        ),
+        post_localSGD_hook,
+    )
     sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     optimizer = PostLocalSGDOptimizer(sgd, PeriodicModelAverager(period=2, warmup_steps=switch))
     data = torch.Generator().manual_seed(100 + rank)
@@ -122,6 +130,7 @@ def test_post_local_sgd_matches_torch_post_local_sgd_optimizer(tmp_path):
 
 # ---- D-PSGD -----------------------------------------------------------------------------------------------
 
+
 def _dpsgd_mixing(rank: int, world: int) -> None:
     model = Scalar(float(rank))
     algo, opt = _build("dpsgd", rank, world, model, lr=0.0)
@@ -142,6 +151,7 @@ def test_dpsgd_mixing_keeps_the_mean():
 
 
 # ---- SGP --------------------------------------------------------------------------------------------------
+
 
 def _sgp_push_sum(rank: int, world: int, overlap: int) -> None:
     model = Scalar(0.0)
@@ -178,6 +188,7 @@ def test_overlap_sgp_push_sum_keeps_total_weight_and_true_average():
 
 # ---- AD-PSGD ----------------------------------------------------------------------------------------------
 
+
 def _adpsgd_pairwise(rank: int, world: int) -> None:
     model = Scalar(0.0)
     algo, opt = _build("adpsgd", rank, world, model, lr=0.0)
@@ -209,9 +220,31 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("name", ["local_sgd", "post_local_sgd", "dpsgd", "sgp", "adpsgd"])
 def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name):
     out = tmp_path / name
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--algorithm", name, "--task", "digits",
-                             "--nodes", "2", "--procs-per-node", "2", "--seed", "0", "--out", str(out),
-                             "--set", "wandb=false"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--algorithm",
+            name,
+            "--task",
+            "digits",
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "2",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--set",
+            "wandb=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None, summary

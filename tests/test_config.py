@@ -12,30 +12,53 @@ import torch
 
 from algorithms.topology import Topology
 from benchmarks import config, rundir
-from benchmarks.run import make_optimizer
-from benchmarks.schedule import LRSchedule
+from benchmarks.schedule import LRSchedule, make_optimizer
 
 
 def test_set_reaches_task_algorithm_and_run_settings_with_types():
-    cfg = config.resolve("ddp", "digits", 2, 2, 3, Path("x"), [
-        "lr=2e-1", "epochs=3", "weight_decay=5e-4", "milestones=[1,2]", "nesterov=true", "bucket_cap_mb=4", "wandb=false",
-        "data_root=/some/where", "suite=my-suite"])
-    assert cfg.hparams["lr"] == 0.2 and cfg.hparams["weight_decay"] == 5e-4 and cfg.hparams["epochs"] == 3 and cfg.hparams["milestones"] == [1, 2]
+    cfg = config.resolve(
+        "ddp",
+        "digits",
+        2,
+        2,
+        3,
+        Path("x"),
+        [
+            "lr=2e-1",
+            "epochs=3",
+            "weight_decay=5e-4",
+            "milestones=[1,2]",
+            "nesterov=true",
+            "bucket_cap_mb=4",
+            "wandb=false",
+            "data_root=/some/where",
+            "suite=my-suite",
+        ],
+    )
+    assert (
+        cfg.hparams["lr"] == 0.2
+        and cfg.hparams["weight_decay"] == 5e-4
+        and cfg.hparams["epochs"] == 3
+        and cfg.hparams["milestones"] == [1, 2]
+    )
     assert cfg.hparams["nesterov"] is True
     assert cfg.algorithm_params["bucket_cap_mb"] == 4.0 and isinstance(cfg.algorithm_params["bucket_cap_mb"], float)
     assert cfg.settings["wandb"] is False and cfg.settings["data_root"] == "/some/where"
     assert cfg.run_id == "digits__ddp__n2x2__s3" and cfg.world_size == 4
 
 
-@pytest.mark.parametrize("item, message", [
-    ("lr=fast", "``lr`` must be float"),
-    ("epochs=1.5", "``epochs`` must be int"),
-    ("nesterov=1", "``nesterov`` must be bool"),
-    ("milestones=[a]", "``milestones`` must be list[int]"),
-    ("schedule=linear", "must be one of constant, cosine, step, plateau"),
-    ("lr", "expected key=value"),
-    ("epoch=3", "did you mean 'epochs'?"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("lr=fast", "``lr`` must be float"),
+        ("epochs=1.5", "``epochs`` must be int"),
+        ("nesterov=1", "``nesterov`` must be bool"),
+        ("milestones=[a]", "``milestones`` must be list[int]"),
+        ("schedule=linear", "must be one of constant, cosine, step, plateau"),
+        ("lr", "expected key=value"),
+        ("epoch=3", "did you mean 'epochs'?"),
+    ],
+)
 def test_bad_overrides_name_the_fix(item, message):
     with pytest.raises(config.ConfigError) as error:
         config.resolve("ddp", "digits", 1, 2, 0, Path("x"), [item])
@@ -71,18 +94,32 @@ def test_plateau_schedule_drops_on_the_epoch_after_patience_runs_out():
     """PyTorch's rule, checked by hand: an epoch is good when its loss is below best x (1 - 0.1);
     with patience 1 the second bad epoch in a row multiplies the factor by 0.5, never below
     min_lr / lr = 0.2; warm-up epochs are not fed."""
-    h = dict(epochs=20, warmup_epochs=1, schedule="plateau", milestones=[], gamma=0.5, plateau_patience=1,
-             plateau_threshold=0.1, min_lr=0.02, lr=0.1)
+    h = dict(
+        epochs=20,
+        warmup_epochs=1,
+        schedule="plateau",
+        milestones=[],
+        gamma=0.5,
+        plateau_patience=1,
+        plateau_threshold=0.1,
+        min_lr=0.02,
+        lr=0.1,
+    )
     schedule = LRSchedule(h, steps_per_epoch=10, world_size=2)
     assert schedule(0) == pytest.approx(0.5) and schedule(10) == 1.0
-    losses = [9.0,  # warm-up: ignored
-              1.0,  # best 1.0
-              0.95,  # not below 0.9: bad 1
-              0.92,  # bad 2 > patience: x0.5, bad back to 0
-              0.85,  # below 0.9: best 0.85
-              0.8, 0.8,  # not below 0.765: bad 1, bad 2: x0.5 -> 0.25
-              0.8, 0.8,  # x0.5 -> 0.125, clamped to min 0.2
-              0.8, 0.8]  # at the minimum: no change
+    losses = [
+        9.0,  # warm-up: ignored
+        1.0,  # best 1.0
+        0.95,  # not below 0.9: bad 1
+        0.92,  # bad 2 > patience: x0.5, bad back to 0
+        0.85,  # below 0.9: best 0.85
+        0.8,
+        0.8,  # not below 0.765: bad 1, bad 2: x0.5 -> 0.25
+        0.8,
+        0.8,  # x0.5 -> 0.125, clamped to min 0.2
+        0.8,
+        0.8,
+    ]  # at the minimum: no change
     factors, changed = [], []
     for epoch, loss in enumerate(losses):
         changed.append(schedule.end_epoch(epoch, loss))
@@ -110,7 +147,9 @@ def test_the_optimizer_is_the_tasks_and_adam_is_refused_where_a_rule_is_sgd():
     adam = make_optimizer([torch.zeros(2, requires_grad=True)], wmt.hparams)
     assert isinstance(adam, torch.optim.Adam)
     assert adam.defaults["betas"] == (0.9, 0.98) and adam.defaults["eps"] == 1e-9 and adam.defaults["lr"] == 5e-4
-    sgd = make_optimizer([torch.zeros(2, requires_grad=True)], config.resolve("ddp", "digits", 1, 2, 0, Path("x"), []).hparams)
+    sgd = make_optimizer(
+        [torch.zeros(2, requires_grad=True)], config.resolve("ddp", "digits", 1, 2, 0, Path("x"), []).hparams
+    )
     assert isinstance(sgd, torch.optim.SGD)
     for algorithm in ("dana_zero", "lap_sgd"):
         with pytest.raises(config.ConfigError, match="own momentum-SGD rule; use optimizer=sgd"):
@@ -123,13 +162,16 @@ def test_the_optimizer_is_the_tasks_and_adam_is_refused_where_a_rule_is_sgd():
         config.resolve("ddp", "digits", 1, 2, 0, Path("x"), ["optimizer=adam", "betas=[0.9, 1.5]"])
 
 
-@pytest.mark.parametrize("items, message", [
-    (["schedule=plateau", "gamma=2"], "factor must be in (0, 1)"),
-    (["schedule=plateau", "min_lr=1"], "never lowers it"),
-    (["schedule=plateau", "plateau_threshold=1.5"], "must be below 1"),
-    (["schedule=inverse_sqrt", "warmup_epochs=0"], "at least 1 epoch"),
-    (["optimizer=adam", "eps=-1"], "--set eps: must not be negative"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (["schedule=plateau", "gamma=2"], "factor must be in (0, 1)"),
+        (["schedule=plateau", "min_lr=1"], "never lowers it"),
+        (["schedule=plateau", "plateau_threshold=1.5"], "must be below 1"),
+        (["schedule=inverse_sqrt", "warmup_epochs=0"], "at least 1 epoch"),
+        (["optimizer=adam", "eps=-1"], "--set eps: must not be negative"),
+    ],
+)
 def test_schedule_and_optimizer_settings_that_cannot_work_name_the_fix(items, message):
     with pytest.raises(config.ConfigError, match=re.escape(message)):
         config.resolve("ddp", "digits", 1, 2, 0, Path("x"), items)
@@ -162,13 +204,17 @@ def test_scale_lr_counts_the_gradients_one_update_averages(tmp_path):
     """Synchronous and decentralised algorithms average world_size gradients per update; a parameter
     server applies each worker's gradient as its own update, so its lr stays the single-worker one,
     on a real run (world = master + 7 workers) as in the simulator (8 workers)."""
-    for algorithm, expected in (("allreduce", 0.16), ("lap_sgd", 0.16), ("dpsgd", 0.16), ("dana_dc", 0.02),
-                                ("asgd", 0.02)):
+    for algorithm, expected in (
+        ("allreduce", 0.16),
+        ("lap_sgd", 0.16),
+        ("dpsgd", 0.16),
+        ("dana_dc", 0.02),
+        ("asgd", 0.02),
+    ):
         for clock in ("wall", "simulated"):
             if clock == "simulated" and algorithm in ("lap_sgd", "dpsgd"):
                 continue  # no simulator
-            cfg = config.resolve(algorithm, "digits", 2, 4, 0, tmp_path,
-                                 ["lr=0.02", "scale_lr=true", f"clock={clock}"])
+            cfg = config.resolve(algorithm, "digits", 2, 4, 0, tmp_path, ["lr=0.02", "scale_lr=true", f"clock={clock}"])
             assert cfg.hparams["lr"] == pytest.approx(expected), (algorithm, clock)
             assert cfg.to_json()["settings"]["scale_lr"] is True
 
@@ -185,8 +231,15 @@ def test_dana_local_matrix_gives_the_synchronous_reference_the_large_batch_lr(tm
     workers = nodes * m["procs_per_node"]
     assert "allreduce" in m["algorithms"] and len(m["algorithms"]) > 1
     for algorithm in m["algorithms"]:
-        cfg = config.resolve(algorithm, "digits", nodes, m["procs_per_node"], 0, tmp_path,
-                             config.overrides_for(algorithm, "digits", m["overrides"]))
+        cfg = config.resolve(
+            algorithm,
+            "digits",
+            nodes,
+            m["procs_per_node"],
+            0,
+            tmp_path,
+            config.overrides_for(algorithm, "digits", m["overrides"]),
+        )
         expected = 0.02 * workers if algorithm == "allreduce" else 0.02
         assert cfg.hparams["lr"] == pytest.approx(expected), algorithm
         # the warm-up starts at 1 / N of the peak: the single-worker lr for allreduce, lr / N for the others
@@ -204,6 +257,7 @@ def test_stragglers_are_counted_among_the_workers_not_the_master(tmp_path):
 
 def test_min_lr_is_checked_against_the_scaled_lr(tmp_path):
     """lr 0.01 x 4 workers = 0.04: a plateau floor of 0.02 is below it, hence allowed."""
-    scaled = config.resolve("ddp", "digits", 1, 4, 0, tmp_path, ["lr=0.01", "scale_lr=true", "schedule=plateau",
-                                                                  "min_lr=0.02"])
+    scaled = config.resolve(
+        "ddp", "digits", 1, 4, 0, tmp_path, ["lr=0.01", "scale_lr=true", "schedule=plateau", "min_lr=0.02"]
+    )
     assert scaled.hparams["lr"] == pytest.approx(0.04)

@@ -91,13 +91,15 @@ def test_dana_slim_sends_what_dana_zero_sends_at_constant_lr():
 
 def test_multi_asgd_is_not_dana_slim():
     order = [0, 1, 2, 0, 2, 1] * 3
-    diff = max((a - b).abs().max().item() for a, b in zip(run_rule("multi_asgd", 3, order),
-                                                            run_rule("dana_slim", 3, order)))
+    diff = max(
+        (a - b).abs().max().item() for a, b in zip(run_rule("multi_asgd", 3, order), run_rule("dana_slim", 3, order))
+    )
     assert diff > 1e-3
 
 
-@pytest.mark.parametrize("rule, knobs", [("dana_zero", {}), ("dana_slim", {}),
-                                         ("dana_dc", {"dc_anchor": "lookahead"}), ("nag_asgd", {})])
+@pytest.mark.parametrize(
+    "rule, knobs", [("dana_zero", {}), ("dana_slim", {}), ("dana_dc", {"dc_anchor": "lookahead"}), ("nag_asgd", {})]
+)
 def test_one_worker_is_single_worker_nag(rule, knobs):
     """With N = 1 every DANA variant computes its gradients where torch's Nesterov SGD does (DANA-DC
     with the ``lookahead`` anchor; Alg. 7 as printed corrects even an undelayed worker, next test)."""
@@ -155,9 +157,28 @@ def test_gamma_straggler_rates_match_the_paper():
 
 def simulate(tmp_path: Path, algorithm: str, workers: int, *extra: str) -> tuple[dict, list[dict]]:
     out = tmp_path / algorithm
-    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", algorithm, "--task", "digits", "--nodes", "1",
-           "--procs-per-node", str(workers), "--seed", "3", "--out", str(out), "--set", "clock=simulated",
-           "--set", "wandb=false", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "digits",
+        "--nodes",
+        "1",
+        "--procs-per-node",
+        str(workers),
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--set",
+        "clock=simulated",
+        "--set",
+        "wandb=false",
+        *extra,
+    ]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
     with open(out / "metrics.csv") as f:
         return json.loads((out / "summary.json").read_text()), list(csv.DictReader(f))
@@ -182,19 +203,52 @@ def test_simulated_synchronous_reference_has_no_gap(tmp_path):
 
 
 def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path):
-    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", "sgp", "--task", "digits", "--out",
-           str(tmp_path / "x"), "--set", "clock=simulated"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--algorithm",
+        "sgp",
+        "--task",
+        "digits",
+        "--out",
+        str(tmp_path / "x"),
+        "--set",
+        "clock=simulated",
+    ]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "has no simulator" in result.stderr
 
 
-@pytest.mark.parametrize("algorithm", ["asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc"])
+@pytest.mark.parametrize(
+    "algorithm", ["asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc"]
+)
 def test_parameter_server_trains(tmp_path, algorithm):
     """A real master and two workers (three gloo processes) train the digits CNN far above chance (10 %)."""
     out = tmp_path / algorithm
-    cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", algorithm, "--task", "digits", "--nodes", "1",
-           "--procs-per-node", "3", "--seed", "0", "--out", str(out), "--set", "wandb=false",
-           "--set", "epochs=4", "--set", "threads=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "digits",
+        "--nodes",
+        "1",
+        "--procs-per-node",
+        "3",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--set",
+        "wandb=false",
+        "--set",
+        "epochs=4",
+        "--set",
+        "threads=1",
+    ]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
     summary = json.loads((out / "summary.json").read_text())
     with open(out / "metrics.csv") as f:
@@ -213,17 +267,60 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     finals = {"dana_dc": [0.95, 0.97, 0.96], "dana_slim": [0.94, 0.92, 0.93], "nag_asgd": [0.2, 0.1, 0.3]}
     for algo, values in finals.items():
         for seed, final in enumerate(values):
-            write_run(tmp_path, algo, seed, status="completed", tta=None, walls=[1.0, 2.0], metrics=[0.5, final],
-                      nodes=8, clock="simulated", settings={"straggler": "gamma", "clock": "simulated"},
-                      extra={"gap": [0.01 * (seed + 1), 0.03 * (seed + 1)] if algo == "nag_asgd" else [0.001, 0.003]})
-    write_run(tmp_path, "dana_slim", 0, status="completed", tta=None, walls=[1.0], metrics=[0.5], nodes=4,
-              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
-    write_run(tmp_path, "dana_dc", 0, status="completed", tta=None, walls=[1.0], metrics=[0.6], nodes=4,
-              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
-    write_run(tmp_path, "nag_asgd", 0, status="completed", tta=None, walls=[1.0], metrics=[0.7], nodes=4,
-              clock="simulated", settings={"straggler": "gamma", "clock": "simulated"}, extra={"gap": [0.0]})
+            write_run(
+                tmp_path,
+                algo,
+                seed,
+                status="completed",
+                tta=None,
+                walls=[1.0, 2.0],
+                metrics=[0.5, final],
+                nodes=8,
+                clock="simulated",
+                settings={"straggler": "gamma", "clock": "simulated"},
+                extra={"gap": [0.01 * (seed + 1), 0.03 * (seed + 1)] if algo == "nag_asgd" else [0.001, 0.003]},
+            )
+    write_run(
+        tmp_path,
+        "dana_slim",
+        0,
+        status="completed",
+        tta=None,
+        walls=[1.0],
+        metrics=[0.5],
+        nodes=4,
+        clock="simulated",
+        settings={"straggler": "gamma", "clock": "simulated"},
+        extra={"gap": [0.0]},
+    )
+    write_run(
+        tmp_path,
+        "dana_dc",
+        0,
+        status="completed",
+        tta=None,
+        walls=[1.0],
+        metrics=[0.6],
+        nodes=4,
+        clock="simulated",
+        settings={"straggler": "gamma", "clock": "simulated"},
+        extra={"gap": [0.0]},
+    )
+    write_run(
+        tmp_path,
+        "nag_asgd",
+        0,
+        status="completed",
+        tta=None,
+        walls=[1.0],
+        metrics=[0.7],
+        nodes=4,
+        clock="simulated",
+        settings={"straggler": "gamma", "clock": "simulated"},
+        extra={"gap": [0.0]},
+    )
     runs = aggregate.load_runs(tmp_path)
-    (title, table), = dana.comparison(runs, aggregate.load_curves(tmp_path, runs))
+    ((title, table),) = dana.comparison(runs, aggregate.load_curves(tmp_path, runs))
     assert "simulated" in title and "Table 2" in title
     row16 = table.set_index("workers").loc[16]
     assert row16["dana_dc acc"] == pytest.approx(0.96) and row16["dana_slim acc"] == pytest.approx(0.93)
@@ -231,12 +328,14 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     assert row16["paper dana_dc"] == pytest.approx(91.01) and row16["paper nag_asgd"] == pytest.approx(17.45)
     assert row16["ordering"] == "holds"
     assert table.set_index("workers").loc[8, "ordering"] == (  # NAG-ASGD 0.7 > DC 0.6 > Slim 0.5
-        "does not hold: dana_dc < nag_asgd, dana_slim < nag_asgd")
+        "does not hold: dana_dc < nag_asgd, dana_slim < nag_asgd"
+    )
     assert "holds here in 1 of 1 settings" in dana.verdict([(title, table)])
     # Each DANA variant against each baseline: DANA-Slim below DC-ASGD breaks the ordering, although
     # DANA-DC >= DANA-Slim > NAG-ASGD (the only pairs the check once compared) still holds.
-    row = pd.Series({"dana_dc acc": 0.96, "dana_slim acc": 0.90, "dc_asgd acc": 0.95, "multi_asgd acc": 0.89,
-                     "nag_asgd acc": 0.30})
+    row = pd.Series(
+        {"dana_dc acc": 0.96, "dana_slim acc": 0.90, "dc_asgd acc": 0.95, "multi_asgd acc": 0.89, "nag_asgd acc": 0.30}
+    )
     assert dana._ordering(row) == "does not hold: dana_slim < dc_asgd"
     assert dana._ordering(row.drop(["dc_asgd acc", "multi_asgd acc", "nag_asgd acc"])) == "n/a"
 
@@ -283,8 +382,11 @@ def dana_local_sets(algorithm: str) -> list[str]:
 
     from benchmarks import config
 
-    (m,) = [m for m in config.matrices(yaml.safe_load((ROOT / "config/dana-local.yaml").read_text()))
-            if m["suite"] == "dana-local"]
+    (m,) = [
+        m
+        for m in config.matrices(yaml.safe_load((ROOT / "config/dana-local.yaml").read_text()))
+        if m["suite"] == "dana-local"
+    ]
     items = config.overrides_for(algorithm, "digits", m["overrides"])
     return [arg for item in items for arg in ("--set", item)]
 
@@ -298,6 +400,7 @@ def test_simulated_reference_of_dana_local_takes_the_large_batch_lr(tmp_path):
     config_json = json.loads((tmp_path / "allreduce" / "config.json").read_text())
     assert config_json["hparams"]["lr"] == pytest.approx(0.16) and config_json["settings"]["scale_lr"] is True
     assert float(rows[0]["lr"]) == pytest.approx(0.16)  # end of the warm-up: the next update's lr is the peak
-    plain, _ = simulate(tmp_path / "plain", "allreduce", 8, *dana_local_sets("allreduce"), *short,
-                        "--set", "scale_lr=false")
+    plain, _ = simulate(
+        tmp_path / "plain", "allreduce", 8, *dana_local_sets("allreduce"), *short, "--set", "scale_lr=false"
+    )
     assert summary["final_metric"] > plain["final_metric"] + 0.2  # seed 3: 0.92 against 0.44

@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_merge_formula_on_hand_checkable_numbers():
     # S = 1, two nodes: (2 * 10 + (4 + 6)) / (2 + 2) = 7.5
-    assert torch.equal(merge(torch.tensor([10.0]), torch.tensor([10.0]), staleness=1, group_size=2), torch.tensor([7.5]))
+    assert torch.equal(
+        merge(torch.tensor([10.0]), torch.tensor([10.0]), staleness=1, group_size=2), torch.tensor([7.5])
+    )
     # S = 4, four nodes: (8 * 1 + 12) / (8 + 4) = 20 / 12
     assert torch.allclose(merge(torch.tensor([1.0]), torch.tensor([12.0]), 4, 4), torch.tensor([20 / 12]))
     # S = 0 weighs the local copy 1, as Heat: (3 + 9) / (1 + 2) = 4
@@ -95,8 +97,17 @@ def test_every_send_is_merged_or_averaged_once_over_a_grid(groups):
 def test_plateau_detector_fires_on_the_third_stable_epoch():
     p = PlateauDetector(threshold=0.05, patience=2)
     # 0.9 is the best; 0.89, 0.88, 0.87 improve by less than 5 %: the third fires, then again three later.
-    assert [p.step(x) for x in (1.0, 0.9, 0.89, 0.88, 0.87, 0.87, 0.87, 0.87, 0.80)] == \
-        [False, False, False, False, True, False, False, True, False]
+    assert [p.step(x) for x in (1.0, 0.9, 0.89, 0.88, 0.87, 0.87, 0.87, 0.87, 0.80)] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_b_and_s_react_to_a_synthetic_plateau():
@@ -148,10 +159,33 @@ def test_all_models_are_equal_at_every_epoch_end():
 def test_daso_reaches_the_digits_target(tmp_path, layout):
     nodes, ppn = layout
     out = tmp_path / "daso"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--algorithm", "daso", "--task", "digits",
-                             "--nodes", nodes, "--procs-per-node", ppn, "--out", str(out), "--set", "wandb=false",
-                             "--set", "sync_warmup_epochs=2", "--set", "sync_cooldown_epochs=2"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--algorithm",
+            "daso",
+            "--task",
+            "digits",
+            "--nodes",
+            nodes,
+            "--procs-per-node",
+            ppn,
+            "--out",
+            str(out),
+            "--set",
+            "wandb=false",
+            "--set",
+            "sync_warmup_epochs=2",
+            "--set",
+            "sync_cooldown_epochs=2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None

@@ -50,6 +50,7 @@ class Vector(nn.Module):
 
 # ---- tensors made on the parameters' device (meta stands in for CUDA) ---------------------------------
 
+
 def test_meta_refuses_cpu_tensors_as_cuda_does():
     """The stand-in itself: if meta accepted CPU tensors, the tests below could not fail."""
     with pytest.raises(RuntimeError):
@@ -97,6 +98,7 @@ def _sgp_on_meta(monkeypatch):
 
     def restored():
         return algo.in_flight[0][2][0]
+
     return algo, state, restored, lambda: algo.end_epoch(0.0)  # consumes the message: x w + message
 
 
@@ -107,6 +109,7 @@ def _daso_on_meta(monkeypatch):
 
     def restored():
         return algo.in_flight[5][1]
+
     return algo, state, restored, lambda: algo._merge(Event("merge", 0, pending=Pending(0, 5, 1)))
 
 
@@ -128,6 +131,7 @@ def test_load_state_dict_puts_restored_tensors_on_the_parameters_device(monkeypa
 
 
 # ---- DASO: DDP's device ids follow the model, not the machine --------------------------------------------
+
 
 def _daso_cpu_model_on_a_gpu_machine(rank: int, world: int) -> None:
     torch.cuda.is_available = lambda: True  # a GPU machine running a gloo job (or these tests) on the CPU
@@ -165,8 +169,9 @@ def _nccl_like_point_to_point() -> None:
         return _Done()
 
     def grouped(ops):
-        return ([irecv(o.tensor, o.peer, o.group, o.tag) for o in ops if o.op is irecv]
-                + [isend(o.tensor, o.peer, o.group, o.tag) for o in ops if o.op is not irecv])
+        return [irecv(o.tensor, o.peer, o.group, o.tag) for o in ops if o.op is irecv] + [
+            isend(o.tensor, o.peer, o.group, o.tag) for o in ops if o.op is not irecv
+        ]
 
     def p2p_op(op, tensor, peer, group=None, tag=0):
         return _FakeP2POp(op, tensor, peer, group, tag)
@@ -190,6 +195,7 @@ def test_sync_wagma_exchanges_without_deadlock_under_nccl_point_to_point_rules()
 
 
 # ---- AD-PSGD's thread: its buffers follow the model, and its failure reaches the main thread -------------
+
 
 def _adpsgd_float64(rank: int, world: int) -> None:
     model = Vector(dtype=torch.float64)

@@ -39,9 +39,26 @@ def _wait_for_training(out: Path, timeout: float = 120) -> None:
 
 def test_killing_one_rank_fails_the_run_and_leaves_no_process(tmp_path):
     out = tmp_path / "run"
-    launcher = subprocess.Popen([sys.executable, "-m", "benchmarks.run", "--algorithm", "ddp", *LONG,
-                                 "--nodes", "2", "--procs-per-node", "2", "--out", str(out)],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--algorithm",
+            "ddp",
+            *LONG,
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_training(out)
         ranks = _children(launcher.pid)
@@ -67,12 +84,39 @@ def test_a_hanging_collective_fails_after_the_timeout(tmp_path):
     port = 29000 + os.getpid() % 1000
     procs = []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, "-m", "benchmarks.run", "--algorithm", "allreduce", *LONG,
-                                       "--nodes", "1", "--procs-per-node", "2", "--out", str(out),
-                                       "--set", "collective_timeout_s=10"],
-                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.run",
+                    "--algorithm",
+                    "allreduce",
+                    *LONG,
+                    "--nodes",
+                    "1",
+                    "--procs-per-node",
+                    "2",
+                    "--out",
+                    str(out),
+                    "--set",
+                    "collective_timeout_s=10",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     try:
         _wait_for_training(out)
         os.kill(procs[1].pid, signal.SIGSTOP)  # a rank that hangs without dying

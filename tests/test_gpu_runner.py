@@ -16,8 +16,7 @@ from torch.utils.data import Dataset
 import algorithms.ddp
 from algorithms.base import Plan
 from algorithms.topology import Topology
-from benchmarks import checkpoint, run, tasks
-from benchmarks import launcher
+from benchmarks import checkpoint, launcher, run, tasks
 from benchmarks.stragglers import Stragglers
 
 
@@ -44,8 +43,15 @@ def test_two_virtual_nodes_on_one_machine_take_four_distinct_gpus(gpus):
 def test_srun_ranks_take_the_gpu_of_their_local_id(gpus):
     """Node 1 of a 2 x 4 job step: global ranks 4..7, Slurm's local ids 0..3."""
     for rank in range(4, 8):
-        env = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "8", "SLURM_LOCALID": str(rank - 4), "SLURM_STEP_ID": "0",
-               "SLURM_JOB_ID": "7", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "MASTER_ADDR": "jwb0001i"}
+        env = {
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": "8",
+            "SLURM_LOCALID": str(rank - 4),
+            "SLURM_STEP_ID": "0",
+            "SLURM_JOB_ID": "7",
+            "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+            "MASTER_ADDR": "jwb0001i",
+        }
         launch = launcher.detect(env)
         assert (launch.launcher, launch.rank, launch.local_rank, launch.local_size) == ("srun", rank, rank - 4, 4)
         assert launcher.pick_device("cuda", launch.local_rank).index == (rank - 4) % 4
@@ -53,8 +59,14 @@ def test_srun_ranks_take_the_gpu_of_their_local_id(gpus):
 
 
 def test_local_position_per_launcher():
-    env = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_LOCALID": "2", "SLURM_NTASKS_PER_NODE": "4"}
+    env = {
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+        "SLURM_LOCALID": "2",
+        "SLURM_NTASKS_PER_NODE": "4",
+    }
     assert launcher.local_position("local", 5, 8, env) == (5, 8)  # one machine: the global rank
     assert launcher.local_position("torchrun", 5, 8, env) == (1, 2)
     assert launcher.local_position("mpirun", 5, 8, env) == (3, 4)
@@ -90,14 +102,14 @@ def test_loader_workers_are_the_ranks_cpus_less_its_training_threads(monkeypatch
     assert [tasks.loader_workers(tasks.get(n), threads=1) for n in ("digits", "mnist1d")] == [0, 0]  # tensors in memory
     assert tasks.loader_workers(imagenet, threads=8) == 0
     # On a GPU the rank keeps one torch thread; its other CPUs decode.
-    threads = run.default_threads(4, torch.device("cuda", 0), imagenet)
+    threads = tasks.default_threads(4, torch.device("cuda", 0), imagenet)
     assert threads == 1 and tasks.loader_workers(imagenet, threads, ranks_here=4) == 7
-    assert run.default_threads(4, torch.device("cpu"), imagenet) == 8  # on the CPU, as before
+    assert tasks.default_threads(4, torch.device("cpu"), imagenet) == 8  # on the CPU, as before
     _cpus(monkeypatch, bound=16, machine=16)  # the local launcher: 4 ranks see the whole machine
     assert tasks.loader_workers(imagenet, threads=1, ranks_here=4) == 3
     _cpus(monkeypatch, bound=2, machine=2)  # this test machine
     assert tasks.loader_workers(imagenet, threads=1) <= 1
-    assert tasks.loader_workers(imagenet, run.default_threads(1, torch.device("cpu"), imagenet)) == 0
+    assert tasks.loader_workers(imagenet, tasks.default_threads(1, torch.device("cpu"), imagenet)) == 0
     assert tasks.loader_workers(imagenet, threads=1, ranks_here=2) == 0
 
 

@@ -92,11 +92,17 @@ def _train_each(rank: int, world: int, runs: list[tuple[str, str, dict[str, obje
 def suite(tmp_path_factory) -> dict[str, list[torch.Tensor]]:
     """DDP, Horovod and Horovod with fp16 compression, in processes started as the suite starts them."""
     tmp = tmp_path_factory.mktemp("suite")
-    runs = [("ddp", str(tmp / "ddp.pt"), {}), ("horovod", str(tmp / "horovod.pt"), {}),
-            ("horovod", str(tmp / "fp16.pt"), {"fp16_compression": True})]
+    runs = [
+        ("ddp", str(tmp / "ddp.pt"), {}),
+        ("horovod", str(tmp / "horovod.pt"), {}),
+        ("horovod", str(tmp / "fp16.pt"), {"fp16_compression": True}),
+    ]
     run_on(WORLD, _train_each, runs)
-    return {"ddp": torch.load(tmp / "ddp.pt"), "horovod": torch.load(tmp / "horovod.pt"),
-            "fp16": torch.load(tmp / "fp16.pt")}
+    return {
+        "ddp": torch.load(tmp / "ddp.pt"),
+        "horovod": torch.load(tmp / "horovod.pt"),
+        "fp16": torch.load(tmp / "fp16.pt"),
+    }
 
 
 def _launched(launcher: str, out: Path) -> list[torch.Tensor]:
@@ -145,9 +151,25 @@ def test_runner_reaches_the_target_with_horovod(tmp_path):
     if "horovod" not in algorithms.REGISTRY:
         pytest.skip('algorithms.REGISTRY has no "horovod": "algorithms.horovod:Horovod" entry')
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "benchmarks.run", "--algorithm", "horovod", "--task", "digits",
-               "--nodes", "2", "--procs-per-node", "2", "--seed", "0", "--out", str(out),
-               "--set", "wandb=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--algorithm",
+        "horovod",
+        "--task",
+        "digits",
+        "--nodes",
+        "2",
+        "--procs-per-node",
+        "2",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--set",
+        "wandb=false",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -13,8 +13,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-RUN = ["-m", "benchmarks.run", "--algorithm", "ddp", "--task", "digits", "--nodes", "1", "--procs-per-node", "2",
-       "--seed", "1", "--set", "wandb=false", "--set", "epochs=2"]
+RUN = [
+    "-m",
+    "benchmarks.run",
+    "--algorithm",
+    "ddp",
+    "--task",
+    "digits",
+    "--nodes",
+    "1",
+    "--procs-per-node",
+    "2",
+    "--seed",
+    "1",
+    "--set",
+    "wandb=false",
+    "--set",
+    "epochs=2",
+]
 
 
 def _result(out: Path) -> tuple[str, dict]:
@@ -32,8 +48,13 @@ def _local(tmp_path: Path) -> dict:
 
 def test_torchrun(tmp_path):
     out = tmp_path / "torchrun"
-    subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", *RUN, "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", *RUN, "--out", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     launcher, summary = _result(out)
     assert launcher == "torchrun"
     assert summary["final_metric"] == _local(tmp_path)["final_metric"]
@@ -43,8 +64,14 @@ def test_torchrun(tmp_path):
 def test_mpirun(tmp_path):
     out = tmp_path / "mpirun"
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
-    subprocess.run([str(BIN / "mpirun"), "-n", "2", sys.executable, *RUN, "--out", str(out)], cwd=ROOT, env=env,
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "mpirun"), "-n", "2", sys.executable, *RUN, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     launcher, summary = _result(out)
     assert launcher == "mpirun"
     assert summary["final_metric"] == _local(tmp_path)["final_metric"]
@@ -54,12 +81,26 @@ def test_srun_environment(tmp_path):
     """Two ranks with the variables srun sets inside a job step (as on a Slurm cluster)."""
     out = tmp_path / "srun"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
-    procs = [subprocess.Popen([sys.executable, *RUN, "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
-                              env=dict(base, SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r),
-                                       SLURM_STEP_ID="0", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost",
-                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(20000 + os.getpid() % 20000)))
-             for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *RUN, "--out", str(out)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(
+                base,
+                SLURM_PROCID=str(r),
+                SLURM_NTASKS="2",
+                SLURM_LOCALID=str(r),
+                SLURM_STEP_ID="0",
+                SLURM_JOB_ID="4242",
+                SLURM_JOB_NODELIST="localhost",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(20000 + os.getpid() % 20000),
+            ),
+        )
+        for r in range(2)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     launcher, _ = _result(out)
     env = json.loads((out / "env.json").read_text())
@@ -68,8 +109,13 @@ def test_srun_environment(tmp_path):
 
 def test_nan_loss_ends_the_run_as_diverged(tmp_path):
     out = tmp_path / "nan"
-    result = subprocess.run([sys.executable, *RUN[:-2], "--set", "epochs=5", "--set", "lr=1e6", "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, *RUN[:-2], "--set", "epochs=5", "--set", "lr=1e6", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["epochs"] < 5 and summary["time_to_target_s"] is None

@@ -26,9 +26,15 @@ ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = {"lap_sgd", "lpp_sgd", "ddp", "allreduce", "post_local_sgd"}
 DATA_PARALLEL = {"ddp", "allreduce", "post_local_sgd"}  # the paper's MB-SGD and PL-SGD
 # Epoch at which K = 1 ends, T/2 (Sec. 3, Synchronization Frequency Scheme: 150 of 300, 100 of 200, 45 of 90).
-SWITCH = {"cifar10_resnet20": 150, "cifar100_resnet20": 150, "cifar10_squeezenet": 100,
-          "cifar100_squeezenet": 100, "cifar10_wrn16_8": 100, "cifar100_wrn16_8": 100,
-          "imagenet_resnet50": 45}
+SWITCH = {
+    "cifar10_resnet20": 150,
+    "cifar100_resnet20": 150,
+    "cifar10_squeezenet": 100,
+    "cifar100_squeezenet": 100,
+    "cifar10_wrn16_8": 100,
+    "cifar100_wrn16_8": 100,
+    "imagenet_resnet50": 45,
+}
 TRAIN_IMAGES = {"cifar": 50_000, "imagenet": 1_281_167}
 
 
@@ -40,8 +46,12 @@ def _runs() -> list[run_config.RunConfig]:
         for algorithm in run_config.available_algorithms(m["algorithms"]):
             for task in m["tasks"]:
                 sets = [f"suite={m['suite']}", *run_config.overrides_for(algorithm, task, m["overrides"])]
-                runs += [run_config.resolve(algorithm, task, n, m["procs_per_node"], 0, Path("unused"), sets,
-                                            check_data=False) for n in m["nodes"]]
+                runs += [
+                    run_config.resolve(
+                        algorithm, task, n, m["procs_per_node"], 0, Path("unused"), sets, check_data=False
+                    )
+                    for n in m["nodes"]
+                ]
     return runs
 
 
@@ -78,8 +88,12 @@ def test_post_local_sgd_goes_local_at_half_the_epochs_as_lap_and_lpp(task, one_r
         h = cfg.hparams
         topology = Topology(0, nodes=cfg.nodes, procs_per_node=cfg.procs_per_node)
         algo = algorithms.build("post_local_sgd", topology, **cfg.algorithm_params)
-        plan = algorithms.Plan(_steps_per_epoch(cfg), h["epochs"],
-                               tuple(h["milestones"]) if h["schedule"] == "step" else (), h["warmup_epochs"])
+        plan = algorithms.Plan(
+            _steps_per_epoch(cfg),
+            h["epochs"],
+            tuple(h["milestones"]) if h["schedule"] == "step" else (),
+            h["warmup_epochs"],
+        )
         model = torch.nn.Linear(2, 1)
         algo.prepare(model, torch.optim.SGD(model.parameters(), lr=h["lr"]), plan)
         assert algo.switch_step == SWITCH[task] * plan.steps_per_epoch, cfg.run_id

@@ -26,13 +26,22 @@ import yaml
 from torch import nn
 
 import algorithms
-from algorithms.hogwild import (Schedule, Updater, UpdaterPool, _fill, apply_average_, averaging_period,
-                                contiguous_blocks, lr_at, sgd_step_, warmed_up_lr)
+from algorithms.hogwild import (
+    Schedule,
+    Updater,
+    UpdaterPool,
+    _fill,
+    apply_average_,
+    averaging_period,
+    contiguous_blocks,
+    lr_at,
+    sgd_step_,
+    warmed_up_lr,
+)
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
-from benchmarks.tasks import models
 from benchmarks.stragglers import Stragglers
-from benchmarks.tasks import digits
+from benchmarks.tasks import digits, models
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +69,9 @@ def _sizes(model: nn.Module) -> list[int]:
     return [p.numel() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("name, build, updaters, expected", SPEC_BLOCKS, ids=[f"{n}-U{u}" for n, _, u, _ in SPEC_BLOCKS])
+@pytest.mark.parametrize(
+    "name, build, updaters, expected", SPEC_BLOCKS, ids=[f"{n}-U{u}" for n, _, u, _ in SPEC_BLOCKS]
+)
 def test_blocks_equal_the_specs_boundaries(name, build, updaters, expected):
     assert contiguous_blocks(_sizes(build()), updaters) == expected
 
@@ -108,10 +119,17 @@ def test_the_runs_lr_is_the_warmed_up_rate_and_lpp_boosts_it():
     assert LAPSGD(Topology(0, 1, 2)).partial_start(algo.plan) is None
 
 
-@pytest.mark.parametrize("kwargs, name", [({"updaters": 0}, "updaters"), ({"period": 0}, "period"),
-                                          ({"switch_epoch": -2}, "switch_epoch"), ({"poll_ms": -1.0}, "poll_ms"),
-                                          ({"partial_start_epoch": -3}, "partial_start_epoch"),
-                                          ({"lr_boost": 0.0}, "lr_boost")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"updaters": 0}, "updaters"),
+        ({"period": 0}, "period"),
+        ({"switch_epoch": -2}, "switch_epoch"),
+        ({"poll_ms": -1.0}, "poll_ms"),
+        ({"partial_start_epoch": -3}, "partial_start_epoch"),
+        ({"lr_boost": 0.0}, "lr_boost"),
+    ],
+)
 def test_bad_knobs_are_refused(kwargs, name):
     with pytest.raises(ValueError, match=f"``{name}``"):
         LPPSGD(Topology(0, 1, 2), **kwargs)
@@ -124,7 +142,7 @@ def test_sgd_step_is_torchs_nesterov_sgd_with_coupled_weight_decay():
     params = list(mine.parameters())
     bufs, started = [torch.zeros_like(p) for p in params], torch.zeros(len(params), dtype=torch.bool)
     opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
-    for t in range(3):
+    for _ in range(3):
         x = torch.randn(5, 4)
         grads = torch.autograd.grad(mine(x).square().sum(), params)
         sgd_step_(params, grads, bufs, started, 0.1, 0.9, True, 0.01)
@@ -238,9 +256,19 @@ def _rounds(rank: int, world: int, store: str, out: str) -> None:
     epochs = 0
     while algo.rounds < 200 and epochs < 60:  # rounds agree on every rank: so does this loop
         batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(40)]
-        loss_sum, n = algo.train_epoch(algorithms.Epoch(
-            epoch=epochs, batches=batches, task=task, optimizer=optimizer, lr_factor=lambda s: 1.0,
-            step=epochs * 40, stragglers=_Uneven(rank), device=torch.device("cpu"), progress=lambda n: None))
+        loss_sum, n = algo.train_epoch(
+            algorithms.Epoch(
+                epoch=epochs,
+                batches=batches,
+                task=task,
+                optimizer=optimizer,
+                lr_factor=lambda s: 1.0,
+                step=epochs * 40,
+                stragglers=_Uneven(rank),
+                device=torch.device("cpu"),
+                progress=lambda n: None,
+            )
+        )
         epochs += 1
         assert n == 40 and loss_sum > 0
         # The runner's epoch-end all-reduce of the loss sums: the ranks start each epoch together
@@ -262,8 +290,9 @@ def _rounds(rank: int, world: int, store: str, out: str) -> None:
 
 def test_no_deadlock_across_200_averaging_rounds_with_uneven_updaters(tmp_path):
     out = str(tmp_path / "rounds.pt")
-    context = mp.start_processes(_rounds, args=(2, str(tmp_path / "store"), out), nprocs=2, join=False,
-                                 start_method="spawn")
+    context = mp.start_processes(
+        _rounds, args=(2, str(tmp_path / "store"), out), nprocs=2, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + 240
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
@@ -281,9 +310,19 @@ def _timed_epoch(algo: LAPSGD, epoch: int, stragglers: Stragglers) -> float:
     g = torch.Generator().manual_seed(epoch)
     batches = [(torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(8)]
     start = time.perf_counter()
-    _, n = algo.train_epoch(algorithms.Epoch(
-        epoch=epoch, batches=batches, task=task, optimizer=algo.optimizer, lr_factor=lambda s: 1.0,
-        step=epoch * 8, stragglers=stragglers, device=torch.device("cpu"), progress=lambda n: None))
+    _, n = algo.train_epoch(
+        algorithms.Epoch(
+            epoch=epoch,
+            batches=batches,
+            task=task,
+            optimizer=algo.optimizer,
+            lr_factor=lambda s: 1.0,
+            step=epoch * 8,
+            stragglers=stragglers,
+            device=torch.device("cpu"),
+            progress=lambda n: None,
+        )
+    )
     assert n == 8
     return time.perf_counter() - start
 
@@ -298,8 +337,11 @@ def test_a_straggling_rank_is_delayed_once_per_batch_in_series(tmp_path):
     try:
         torch.manual_seed(0)
         model = nn.Linear(8, 3)
-        algo.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                     algorithms.Plan(steps_per_epoch=8, epochs=3))
+        algo.prepare(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            algorithms.Plan(steps_per_epoch=8, epochs=3),
+        )
         fixed = Stragglers("fixed", 0, [0], ranks=1, delay_ms=200.0)
         straggled = _timed_epoch(algo, 0, fixed)
         plain = _timed_epoch(algo, 1, Stragglers("none", 0, [0]))
@@ -319,10 +361,33 @@ def test_a_straggling_rank_is_delayed_once_per_batch_in_series(tmp_path):
 @pytest.mark.parametrize("name, last_column", [("lap_sgd", "K"), ("lpp_sgd", "partial_share")])
 def test_reaches_the_digits_target_with_2_workers_x_2_updaters(tmp_path, name, last_column):
     out = tmp_path / name
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--algorithm", name, "--task", "digits",
-                             "--nodes", "1", "--procs-per-node", "2", "--seed", "0", "--out", str(out),
-                             "--set", "updaters=2", "--set", "wandb=false"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--algorithm",
+            name,
+            "--task",
+            "digits",
+            "--nodes",
+            "1",
+            "--procs-per-node",
+            "2",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--set",
+            "updaters=2",
+            "--set",
+            "wandb=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None, summary
@@ -336,12 +401,22 @@ def test_paper_matrix_dry_run_lists_every_run(tmp_path):
     with tempfile.TemporaryDirectory(dir=tmp_path) as work:
         for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
             os.symlink(ROOT / name, Path(work) / name)
-        result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/lpp.yaml"],
-                                cwd=work, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/lpp.yaml"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     listed = set(re.findall(r"results/runs/lpp/(\S+)/summary\.json", result.stdout))
-    assert listed == {f"{t}__{a}__n{n}x2__s{s}" for t in matrix["tasks"] for a in matrix["algorithms"]
-                      for n in matrix["nodes"] for s in matrix["seeds"]}
+    assert listed == {
+        f"{t}__{a}__n{n}x2__s{s}"
+        for t in matrix["tasks"]
+        for a in matrix["algorithms"]
+        for n in matrix["nodes"]
+        for s in matrix["seeds"]
+    }
     lap = next(line for line in result.stdout.splitlines() if "--algorithm lap_sgd " in line)
     ddp = next(line for line in result.stdout.splitlines() if "--algorithm ddp " in line)
     assert "updaters=4" in lap and "updaters" not in ddp

@@ -51,9 +51,19 @@ def _epochs(rank: int, world: int, out: str) -> None:
     rows, boundaries, epochs = [], [], []
     for e in range(EPOCHS):
         start = time.perf_counter()
-        _, updates = algo.train_epoch(algorithms.Epoch(
-            epoch=e, batches=loader, task=task, optimizer=optimizer, lr_factor=lambda step: 1.0, step=0,
-            stragglers=Speeds(rank), device=torch.device("cpu"), progress=lambda n: None))
+        _, updates = algo.train_epoch(
+            algorithms.Epoch(
+                epoch=e,
+                batches=loader,
+                task=task,
+                optimizer=optimizer,
+                lr_factor=lambda step: 1.0,
+                step=0,
+                stragglers=Speeds(rank),
+                device=torch.device("cpu"),
+                progress=lambda n: None,
+            )
+        )
         epochs.append(time.perf_counter() - start)
         start = time.perf_counter()
         count = torch.tensor([float(updates)])

@@ -44,14 +44,16 @@ def _workdir(tmp_path: Path) -> Path:
 
 
 def _snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=workdir, capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 def _shell_commands(dry_run: str) -> dict[str, str]:
     """Each run's shell command from ``snakemake -n -p`` output, by run id."""
-    found = re.finditer(r"^(?:Shell command: )?(code=0; .*--out \$\(dirname results/runs/[^/]+/([^/]+)/summary.*)$",
-                        dry_run, re.M)
+    found = re.finditer(
+        r"^(?:Shell command: )?(code=0; .*--out \$\(dirname results/runs/[^/]+/([^/]+)/summary.*)$", dry_run, re.M
+    )
     return {m[2]: m[1] for m in found}
 
 
@@ -63,8 +65,12 @@ def test_slurm_profile_resolves_from_the_root_and_runs_ranks_with_srun(tmp_path)
     runs = sbatch_preview.parse_dry_run(result.stdout)
     assert set(runs) == {f"digits__{a}__n1x2__s0" for a in matrix["algorithms"]}
     for run_id, resources in runs.items():
-        assert (resources["nodes"], resources["tasks_per_node"], resources["mpi"], resources["launcher"]) == \
-            (1, 2, "srun", "srun"), run_id
+        assert (resources["nodes"], resources["tasks_per_node"], resources["mpi"], resources["launcher"]) == (
+            1,
+            2,
+            "srun",
+            "srun",
+        ), run_id
         sbatch = sbatch_preview.sbatch_command(run_id, resources)
         assert "--nodes=1 --ntasks-per-node=2 --cpus-per-task=1" in sbatch and "--signal=USR1@600" in sbatch
     commands = _shell_commands(result.stdout)
@@ -139,9 +145,18 @@ sys.exit(75)
 def test_time_limit_fails_the_job_keeps_the_checkpoint_and_the_next_invocation_resumes(tmp_path):
     work = _workdir(tmp_path)
     (work / "benchmarks/run.py").write_text(FAKE_RUNNER)
-    (work / "matrix.yaml").write_text(yaml.safe_dump({
-        "suite": "t", "algorithms": ["ddp", "allreduce"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
-        "seeds": [0]}))
+    (work / "matrix.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "suite": "t",
+                "algorithms": ["ddp", "allreduce"],
+                "tasks": ["digits"],
+                "nodes": [1],
+                "procs_per_node": 2,
+                "seeds": [0],
+            }
+        )
+    )
     runs = work / "results/runs/t"
     targets = [f"results/runs/t/digits__{a}__n1x2__s0/summary.json" for a in ("ddp", "allreduce")]
     first = _snakemake(work, *targets, "--cores", "2", "--profile", "profiles/local", "--configfile", "matrix.yaml")
@@ -158,10 +173,17 @@ def test_time_limit_fails_the_job_keeps_the_checkpoint_and_the_next_invocation_r
     assert resumed == {"status": "completed", "resumed_from": "epoch 3"}
 
 
-@pytest.mark.parametrize(("nodelist", "first"), [
-    ("jwb[0042-0045,0050]", "jwb0042"), ("jwb0042,jwb0043", "jwb0042"), ("jwc01n[001-003]", "jwc01n001"),
-    ("node[7,9]-ib", "node7-ib"), ("localhost", "localhost"), ("", ""),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "first"),
+    [
+        ("jwb[0042-0045,0050]", "jwb0042"),
+        ("jwb0042,jwb0043", "jwb0042"),
+        ("jwc01n[001-003]", "jwc01n001"),
+        ("node[7,9]-ib", "node7-ib"),
+        ("localhost", "localhost"),
+        ("", ""),
+    ],
+)
 def test_first_host_of_a_slurm_host_list(nodelist, first):
     assert launcher.first_host(nodelist) == first
 
@@ -170,21 +192,36 @@ def _srun_env(monkeypatch, nodelist: str, **extra: str) -> None:
     """The variables srun sets in a task of step 0 of job 77 (rank 1 of 8), nothing else of launchers."""
     for key in list(os.environ):
         if key.startswith(("SLURM_", "OMPI_", "PMI_", "HOROVOD_", "DPB_")) or key in (
-                "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SYSTEMNAME"):
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "SYSTEMNAME",
+        ):
             monkeypatch.delenv(key)
-    for key, value in dict(SLURM_PROCID="1", SLURM_NTASKS="8", SLURM_STEP_ID="0", SLURM_JOB_ID="77",
-                           SLURM_STEP_NODELIST=nodelist, SLURM_JOB_NODELIST=nodelist, **extra).items():
+    for key, value in dict(
+        SLURM_PROCID="1",
+        SLURM_NTASKS="8",
+        SLURM_STEP_ID="0",
+        SLURM_JOB_ID="77",
+        SLURM_STEP_NODELIST=nodelist,
+        SLURM_JOB_NODELIST=nodelist,
+        **extra,
+    ).items():
         monkeypatch.setenv(key, value)
 
 
-@pytest.mark.parametrize(("nodelist", "extra", "addr"), [
-    ("jwb[0042-0043]", {}, "jwb0042i"),  # a JUWELS Booster node: its InfiniBand name
-    ("node[1-2]", {"SYSTEMNAME": "juwelsbooster"}, "node1i"),  # JSC's system name says JUWELS
-    ("jwb[0042-0043]", {"DPB_MASTER_SUFFIX": ""}, "jwb0042"),  # the variable wins, even empty
-    ("node[1-2]", {}, "node1"),  # elsewhere the plain first host
-    ("node[1-2]", {"DPB_MASTER_SUFFIX": "-ib"}, "node1-ib"),
-    ("jwb[0042-0043]", {"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400"}, "10.0.0.5"),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "extra", "addr"),
+    [
+        ("jwb[0042-0043]", {}, "jwb0042i"),  # a JUWELS Booster node: its InfiniBand name
+        ("node[1-2]", {"SYSTEMNAME": "juwelsbooster"}, "node1i"),  # JSC's system name says JUWELS
+        ("jwb[0042-0043]", {"DPB_MASTER_SUFFIX": ""}, "jwb0042"),  # the variable wins, even empty
+        ("node[1-2]", {}, "node1"),  # elsewhere the plain first host
+        ("node[1-2]", {"DPB_MASTER_SUFFIX": "-ib"}, "node1-ib"),
+        ("jwb[0042-0043]", {"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400"}, "10.0.0.5"),
+    ],
+)
 def test_srun_rendezvous_address(monkeypatch, nodelist, extra, addr):
     _srun_env(monkeypatch, nodelist, **extra)
     launch = launcher.detect()

@@ -25,16 +25,25 @@ from tests.test_analysis import write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "results" / "screenshots" / "report_browser.png"
-EXPECTED_SECTIONS = ["Summary", "Suite: local", "Suite: local-stragglers", "Performance profile",
-                     "Paper vs this suite", "Runs that did not converge or failed", "Run metadata"]
+EXPECTED_SECTIONS = [
+    "Summary",
+    "Suite: local",
+    "Suite: local-stragglers",
+    "Performance profile",
+    "Paper vs this suite",
+    "Runs that did not converge or failed",
+    "Run metadata",
+]
 
 
 def _chromium() -> str:
     """Path of the Chromium executable: ``CHROMIUM``, else the first one on PATH."""
     path = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.fail("No Chromium found: run envs/install.sh (it installs Debian's chromium) or set "
-                    "CHROMIUM to the browser's path.")
+        pytest.fail(
+            "No Chromium found: run envs/install.sh (it installs Debian's chromium) or set "
+            "CHROMIUM to the browser's path."
+        )
     return path
 
 
@@ -43,27 +52,67 @@ def _make_results(root: Path) -> Path:
     daso = {"B": [0.0, 2.0, 4.0], "S": [0.0, 1.0, 2.0]}
     for nodes, scale in ((1, 1.0), (2, 0.6)):
         for seed in range(2):
-            write_run(root, "ddp", seed, status="completed", tta=10.0 * scale + seed, nodes=nodes,
-                      walls=[5.0 * scale, 10.0 * scale + seed, 15.0 * scale], metrics=[0.6, 0.92, 0.95])
-            write_run(root, "daso", seed, status="completed", tta=8.0 * scale + seed, nodes=nodes,
-                      walls=[4.0 * scale, 8.0 * scale + seed, 12.0 * scale], metrics=[0.7, 0.93, 0.96],
-                      extra=daso)
-    write_run(root, "local_sgd", 0, status="completed", tta=None, walls=[4.0, 8.0, 12.0],
-              metrics=[0.5, 0.7, 0.8])  # completed without reaching the target
-    write_run(root, "local_sgd", 1, status="failed", tta=None, walls=[], metrics=[],
-              error="RuntimeError: Connection closed by peer (rank 3)")
+            write_run(
+                root,
+                "ddp",
+                seed,
+                status="completed",
+                tta=10.0 * scale + seed,
+                nodes=nodes,
+                walls=[5.0 * scale, 10.0 * scale + seed, 15.0 * scale],
+                metrics=[0.6, 0.92, 0.95],
+            )
+            write_run(
+                root,
+                "daso",
+                seed,
+                status="completed",
+                tta=8.0 * scale + seed,
+                nodes=nodes,
+                walls=[4.0 * scale, 8.0 * scale + seed, 12.0 * scale],
+                metrics=[0.7, 0.93, 0.96],
+                extra=daso,
+            )
+    write_run(
+        root, "local_sgd", 0, status="completed", tta=None, walls=[4.0, 8.0, 12.0], metrics=[0.5, 0.7, 0.8]
+    )  # completed without reaching the target
+    write_run(
+        root,
+        "local_sgd",
+        1,
+        status="failed",
+        tta=None,
+        walls=[],
+        metrics=[],
+        error="RuntimeError: Connection closed by peer (rank 3)",
+    )
     write_run(root, "local_sgd", 2, status=None, tta=None, walls=[3.0], metrics=[0.4])  # unfinished
     fixed = {"straggler": "fixed", "straggler_ranks": 1, "straggler_delay_ms": 50.0}
     for algorithm, throughput in (("ddp", 60.0), ("daso", 90.0)):
-        write_run(root, algorithm, 0, status="completed", tta=20.0, suite="local-stragglers",
-                  settings=fixed, throughput=throughput, walls=[10.0, 20.0], metrics=[0.8, 0.95])
+        write_run(
+            root,
+            algorithm,
+            0,
+            status="completed",
+            tta=20.0,
+            suite="local-stragglers",
+            settings=fixed,
+            throughput=throughput,
+            walls=[10.0, 20.0],
+            metrics=[0.8, 0.95],
+        )
     return root
 
 
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     results = _make_results(tmp_path / "results")
-    done = subprocess.run([sys.executable, "-m", "analysis.report", "--results", str(results)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.report", "--results", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = results / "report.html"
     assert Path(done.stdout.strip()) == report
@@ -76,16 +125,16 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
             page = context.new_page()
             page.on("request", lambda request: requests.append(request.url))
             page.goto(report.as_uri(), wait_until="load")
-            images = page.evaluate(
-                "Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])")
+            images = page.evaluate("Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])")
             headings = page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
             summary = page.inner_text("#summary + ul")
             problems = page.evaluate(
-                "document.getElementById('runs-that-did-not-converge-or-failed')"
-                ".nextElementSibling.innerText")
+                "document.getElementById('runs-that-did-not-converge-or-failed').nextElementSibling.innerText"
+            )
             stragglers_table = page.evaluate(
                 "document.getElementById('suite-local').parentElement.innerText"
-                ".split('Throughput with and without stragglers')[1].split('Validation')[0]")
+                ".split('Throughput with and without stragglers')[1].split('Validation')[0]"
+            )
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
         finally:

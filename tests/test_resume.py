@@ -27,19 +27,60 @@ ROOT = Path(__file__).resolve().parent.parent
 # 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). The fixed straggler
 # (one rank sleeps 10 ms each step; no effect on the numbers) makes an epoch last long enough for
 # the SIGTERM, sent after the first evaluation, to land inside the run.
-COMMON = ["--task", "digits", "--seed", "3", "--set", "wandb=false", "--set", "threads=1", "--set", "epochs=4",
-          "--set", "straggler=fixed", "--set", "straggler_delay_ms=10"]
+COMMON = [
+    "--task",
+    "digits",
+    "--seed",
+    "3",
+    "--set",
+    "wandb=false",
+    "--set",
+    "threads=1",
+    "--set",
+    "epochs=4",
+    "--set",
+    "straggler=fixed",
+    "--set",
+    "straggler_delay_ms=10",
+]
 CASES = {
     # the plain path: identical models, optimizer momentum, lr schedule, data order
     "ddp": ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2"],
     # the reduce-on-plateau state: with patience 0 and a 90 % threshold the lr halves after every
     # epoch that does not cut the loss tenfold, so a resume that forgot the best loss would log another lr
-    "plateau": ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2", "--set", "schedule=plateau",
-                "--set", "warmup_epochs=0", "--set", "plateau_patience=0", "--set", "plateau_threshold=0.9",
-                "--set", "gamma=0.5", "--set", "min_lr=0"],
+    "plateau": [
+        "--algorithm",
+        "ddp",
+        "--nodes",
+        "1",
+        "--procs-per-node",
+        "2",
+        "--set",
+        "schedule=plateau",
+        "--set",
+        "warmup_epochs=0",
+        "--set",
+        "plateau_patience=0",
+        "--set",
+        "plateau_threshold=0.9",
+        "--set",
+        "gamma=0.5",
+        "--set",
+        "min_lr=0",
+    ],
     # algorithm state: B/S and phase, the plateau detector, a global send in flight mid-epoch
-    "daso": ["--algorithm", "daso", "--nodes", "2", "--procs-per-node", "1", "--set", "sync_warmup_epochs=1",
-             "--set", "sync_cooldown_epochs=1"],
+    "daso": [
+        "--algorithm",
+        "daso",
+        "--nodes",
+        "2",
+        "--procs-per-node",
+        "1",
+        "--set",
+        "sync_warmup_epochs=1",
+        "--set",
+        "sync_cooldown_epochs=1",
+    ],
     # the parameter server (a master and one worker, so the arrival order is fixed): the gradient on
     # its way at the checkpoint is held by the master and applied first on resume; the stream position
     "dana_slim": ["--algorithm", "dana_slim", "--nodes", "1", "--procs-per-node", "2"],
@@ -62,8 +103,11 @@ def _metrics(out: Path) -> list[list[str]]:
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -82,7 +126,9 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     record = checkpoint.latest(out)
     assert record is not None and record["step"] == stopped["steps"]
     assert 1 <= record["epoch"] < 4 and sorted(p.name for p in (out / "checkpoint").iterdir()) == [
-        f"epoch{record['epoch']:05d}_batch{record['batch']:07d}", "latest.json"]
+        f"epoch{record['epoch']:05d}_batch{record['batch']:07d}",
+        "latest.json",
+    ]
     assert _digest(tmp_path / "whole") == before
 
     resumed = _run(case, out)
@@ -168,12 +214,16 @@ def test_metrics_csv_resumes_at_the_checkpoint_and_appends(tmp_path):
     writer.write({"epoch": 2, "step": 20})
     writer.close()
     assert [line.split(",")[:2] for line in path.read_text().splitlines()] == [
-        ["epoch", "step"], ["1", "10"], ["2", "20"]]
+        ["epoch", "step"],
+        ["1", "10"],
+        ["2", "20"],
+    ]
 
 
 def _sgp_resumed_mid_flight(rank: int, world: int) -> None:
     """SGP with overlap 1: the state after step 2 holds a message in flight; a fresh instance loaded
     from it must take steps 3-5 to the same parameters as the instance that never stopped."""
+
     def build():
         torch.manual_seed(0)
         model = digits.make_model()

@@ -14,14 +14,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.run", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_ddp_on_digits_writes_the_four_files(tmp_path):
     out = tmp_path / "run"
-    result = run("--algorithm", "ddp", "--task", "digits", "--nodes", "2", "--procs-per-node", "2",
-                 "--seed", "0", "--out", str(out))
+    result = run(
+        "--algorithm",
+        "ddp",
+        "--task",
+        "digits",
+        "--nodes",
+        "2",
+        "--procs-per-node",
+        "2",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     for name in ("config.json", "env.json", "metrics.csv", "summary.json"):
         assert (out / name).is_file(), name
@@ -42,8 +55,24 @@ def test_ddp_on_digits_writes_the_four_files(tmp_path):
 
 def test_allreduce_records_communication_time(tmp_path):
     out = tmp_path / "run"
-    result = run("--algorithm", "allreduce", "--task", "digits", "--nodes", "1", "--procs-per-node", "2",
-                 "--out", str(out), "--set", "wandb=false", "--set", "epochs=4", "--set", "lr=0.1")
+    result = run(
+        "--algorithm",
+        "allreduce",
+        "--task",
+        "digits",
+        "--nodes",
+        "1",
+        "--procs-per-node",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "wandb=false",
+        "--set",
+        "epochs=4",
+        "--set",
+        "lr=0.1",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     config = json.loads((out / "config.json").read_text())
@@ -61,7 +90,10 @@ def test_allreduce_records_communication_time(tmp_path):
         (["--algorithm", "ddp", "--task", "digits", "--set", "epochs=ten"], "``epochs`` must be int"),
         (["--algorithm", "ddp", "--task", "digits", "--set", "bucket_cap_mb=big"], "``bucket_cap_mb`` must be float"),
         (["--algorithm", "ddp", "--task", "cifar10_resnet20"], "--set data_root=DIR"),
-        (["--algorithm", "ddp", "--task", "cifar10_resnet20", "--set", "data_root=/nonexistent"], "--set data_root=DIR"),
+        (
+            ["--algorithm", "ddp", "--task", "cifar10_resnet20", "--set", "data_root=/nonexistent"],
+            "--set data_root=DIR",
+        ),
         (["--algorithm", "ddp", "--task", "digits", "--nodes", "0"], "--nodes must be a positive integer"),
     ],
 )

@@ -58,6 +58,7 @@ def test_numerator_step_adds_the_update_not_w_times_it():
 
 # ---- 1. the network average moves by the mean step, with or without overlap ----------------------------
 
+
 def _network_average(rank: int, world: int) -> None:
     for overlap, num_peers in [(0, 1), (1, 1), (2, 1), (1, 2), (2, 2)]:
         model, optimizer, algo = _build(rank, world, overlap, num_peers)
@@ -84,8 +85,10 @@ def test_overlap_sgp_network_average_moves_by_the_mean_step():
 
 # ---- 2. every rank's (x, w) after every step equals a pure-Python push-sum --------------------------------
 
-def push_sum_reference(world: int, steps: int, overlap: int, num_peers: int, momentum: float,
-                       grad) -> tuple[list, tuple]:
+
+def push_sum_reference(
+    world: int, steps: int, overlap: int, num_peers: int, momentum: float, grad
+) -> tuple[list, tuple]:
     """Algorithm 1 of the paper (overlap SGP: a message sent at step t is added at step t + overlap).
 
     Per step, on each worker i: g = grad(i, t, z) at z = x / w; the SGD-momentum step on the
@@ -118,7 +121,7 @@ def push_sum_reference(world: int, steps: int, overlap: int, num_peers: int, mom
             w[i] /= num_peers + 1
             for j in range(num_peers):
                 mail.append((t, (i + offsets[(t + j) % len(offsets)]) % world, list(x[i]), w[i]))
-        deliver(lambda sent_at: sent_at <= t - overlap)
+        deliver(lambda sent_at, t=t: sent_at <= t - overlap)
         history.append(([list(a) for a in x], list(w)))
     deliver(lambda sent_at: True)
     return history, ([list(a) for a in x], list(w))

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Each check runs in a process of its own: the device must not be registered in pytest's process,
 # where autograd would then start a thread for it and refuse later forks (LAP/LPP's updaters).
 
+
 def test_a_host_tensor_beside_a_device_tensor_fails_as_on_cuda():
     run_on(1, _tensor_rules)
 
@@ -116,7 +117,8 @@ def _on_strict_group(rank: int, world: int) -> None:
 # Each algorithm with its default knobs, where digits allows them; and the modes with state of their
 # own: SGP with a message in flight, WAGMA's blocking butterfly, DASO past its warm-up (sends in flight).
 CASES = {name: [] for name in algorithms.names() if name != "horovod"} | {
-    "lap_sgd": ["--set", "updaters=2"], "lpp_sgd": ["--set", "updaters=2"],  # 4 leave a block empty
+    "lap_sgd": ["--set", "updaters=2"],
+    "lpp_sgd": ["--set", "updaters=2"],  # 4 leave a block empty
     "sgp-overlap": ["--set", "overlap=1"],
     "wagma": ["--set", "group_size=2"],  # groups of 2 (the default on 2 ranks, sqrt(2) -> 1, exchanges nothing)
     "wagma-sync": ["--set", "mode=sync", "--set", "group_size=2"],
@@ -124,16 +126,48 @@ CASES = {name: [] for name in algorithms.names() if name != "horovod"} | {
 }
 # The same numbers as on the CPU, after the stop and the resume: what the strict device may change
 # is where tensors live, never a value. The others' timing decides who averages with whom when.
-DETERMINISTIC = {"ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "sgp-overlap", "wagma-sync",
-                 "daso", "asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc"}
+DETERMINISTIC = {
+    "ddp",
+    "allreduce",
+    "local_sgd",
+    "post_local_sgd",
+    "dpsgd",
+    "sgp",
+    "sgp-overlap",
+    "wagma-sync",
+    "daso",
+    "asgd",
+    "nag_asgd",
+    "multi_asgd",
+    "dc_asgd",
+    "dana_zero",
+    "dana_slim",
+    "dana_dc",
+}
 # 1,438 digits / (2 ranks x 16) = 44 steps an epoch; the SIGTERM goes when the first epoch's row is
 # written, and the ranks agree on a stop within 16 steps (checkpoint.StopRequest), so the run stops
 # inside its second epoch: a mid-epoch resume, with the runner's loss sum and the algorithms'
 # messages in flight in the checkpoint (the fixed straggler, one rank sleeping 20 ms a step, keeps
 # the fast algorithms from running past it). Algorithms that run their epochs themselves
 # (owns_loop) stop at the end of the second of three, of batches of 32.
-COMMON = ["--task", "digits", "--nodes", "2", "--procs-per-node", "1", "--seed", "0", "--set", "wandb=false",
-          "--set", "threads=1", "--set", "straggler=fixed", "--set", "straggler_delay_ms=20"]
+COMMON = [
+    "--task",
+    "digits",
+    "--nodes",
+    "2",
+    "--procs-per-node",
+    "1",
+    "--seed",
+    "0",
+    "--set",
+    "wandb=false",
+    "--set",
+    "threads=1",
+    "--set",
+    "straggler=fixed",
+    "--set",
+    "straggler_delay_ms=20",
+]
 
 
 def _epochs(case: str) -> int:
@@ -142,9 +176,23 @@ def _epochs(case: str) -> int:
 
 def _command(case: str, out: Path, device: str = "strict") -> list[str]:
     batch = 32 if _epochs(case) == 3 else 16
-    return [sys.executable, "-m", "tests.strict_run", "--algorithm", case.split("-")[0], *COMMON, *CASES[case],
-            "--set", f"epochs={_epochs(case)}", "--set", f"batch_size={batch}", "--set", f"device={device}",
-            "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "tests.strict_run",
+        "--algorithm",
+        case.split("-")[0],
+        *COMMON,
+        *CASES[case],
+        "--set",
+        f"epochs={_epochs(case)}",
+        "--set",
+        f"batch_size={batch}",
+        "--set",
+        f"device={device}",
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -167,8 +215,14 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
     if case not in DETERMINISTIC:  # it trained (an untrained model scores 0.1; 0.8-0.95 on the CPU)
         assert summary["final_metric"] > 0.5, summary
         return
-    reference = subprocess.run(_command(case, tmp_path / "cpu", device="cpu"), cwd=ROOT, capture_output=True,
-                               text=True, timeout=180, check=False)
+    reference = subprocess.run(
+        _command(case, tmp_path / "cpu", device="cpu"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
     on_cpu = json.loads((tmp_path / "cpu" / "summary.json").read_text())
     for key in ("final_metric", "final_train_loss", "steps"):
@@ -177,14 +231,39 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
 
 # ---- the simulator: P logical workers in one process, on the device ------------------------------------
 
+
 @pytest.mark.parametrize("name", ["allreduce", "dana_dc"])
 def test_the_simulator_runs_on_the_device_to_the_cpus_numbers(tmp_path, name):
     summaries = {}
     for device in ("strict", "cpu"):
         out = tmp_path / device
-        command = [sys.executable, "-m", "tests.strict_run", "--algorithm", name, "--task", "digits", "--nodes", "2",
-                   "--procs-per-node", "4", "--seed", "0", "--set", "clock=simulated", "--set", "straggler=gamma",
-                   "--set", "epochs=2", "--set", "wandb=false", "--set", f"device={device}", "--out", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "tests.strict_run",
+            "--algorithm",
+            name,
+            "--task",
+            "digits",
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "4",
+            "--seed",
+            "0",
+            "--set",
+            "clock=simulated",
+            "--set",
+            "straggler=gamma",
+            "--set",
+            "epochs=2",
+            "--set",
+            "wandb=false",
+            "--set",
+            f"device={device}",
+            "--out",
+            str(out),
+        ]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         summaries[device] = json.loads((out / "summary.json").read_text())

@@ -59,8 +59,10 @@ def _graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:  # ``from package import module`` imports the module; ``from module import name``, the module
-                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules
-                           else node.module or "" for alias in node.names]
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module or ""
+                    for alias in node.names
+                ]
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
@@ -131,13 +133,19 @@ def test_no_module_uses_a_private_name_of_another():
                     if alias.name in modules and alias.asname:
                         aliases[alias.asname] = alias.name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 borrowed.append(f"{name}: {node.value.id}.{node.attr}")
     assert borrowed == []
 
 
 # ---- a new algorithm, defined here, runs through the runner with no other file changed ------------------
+
 
 class ModelAverage(Algorithm):
     """Average the models after every local step (a new algorithm, defined in a test)."""
@@ -163,8 +171,22 @@ def _register_and_run(argv: list[str]) -> None:
 
 def test_a_new_algorithm_defined_in_a_test_trains_through_the_runner(tmp_path):
     out = tmp_path / "run"
-    argv = ["--algorithm", "model_average", "--task", "digits", "--nodes", "1", "--procs-per-node", "2",
-            "--out", str(out), "--set", "epochs=2", "--set", "wandb=false"]
+    argv = [
+        "--algorithm",
+        "model_average",
+        "--task",
+        "digits",
+        "--nodes",
+        "1",
+        "--procs-per-node",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "epochs=2",
+        "--set",
+        "wandb=false",
+    ]
     child = multiprocessing.get_context("fork").Process(target=_register_and_run, args=(argv,))
     child.start()
     child.join(timeout=240)

@@ -22,8 +22,7 @@ import torch
 from PIL import Image
 
 from benchmarks import tasks
-from benchmarks.tasks import models
-from benchmarks.tasks import DataRootError
+from benchmarks.tasks import DataRootError, models
 
 CIFAR_TASKS = [name for name in tasks.names() if name.startswith("cifar")]
 VISION_TASKS = [*CIFAR_TASKS, "imagenet_resnet50"]

@@ -95,8 +95,9 @@ def test_a_late_worker_contributes_its_stale_model_and_uses_the_s_plus_1_rule():
     run_on(2, _fig3)
 
 
-def algorithm2(grads: list[int], group_size: int, period: int, steps: int,
-               late: dict[int, int]) -> list[list[Fraction]]:
+def algorithm2(
+    grads: list[int], group_size: int, period: int, steps: int, late: dict[int, int]
+) -> list[list[Fraction]]:
     """Algorithm 2 in exact arithmetic, independent of ``WAGMA``: one scalar per rank, W_0 = 0, SGD at
     lr 1 with the constant gradient ``grads[rank]``; ``late[t]`` is the rank whose group round t runs
     before its local step t (its send buffer is contributed). Every rank's model after every step."""
@@ -113,8 +114,7 @@ def algorithm2(grads: list[int], group_size: int, period: int, steps: int,
             contributed = [send[r] if r == stale else local[r] for r in range(p)]  # line 9
             sums = [sum(contributed[q] for q in wagma_group(r, p, group_size, t)) for r in range(p)]
             # lines 10-13: W_sum / S if fresh, else (W_sum + W'_t) / (S + 1)
-            w = [(sums[r] + local[r]) / (group_size + 1) if r == stale else sums[r] / group_size
-                 for r in range(p)]
+            w = [(sums[r] + local[r]) / (group_size + 1) if r == stale else sums[r] / group_size for r in range(p)]
         send = local  # "the send buffer is updated by W'_t" at every iteration, global ones too (our reading)
         history.append(w)
     return history
@@ -137,8 +137,14 @@ def algorithm2(grads: list[int], group_size: int, period: int, steps: int,
 # Had the send buffer kept W'_1 = -6 across the global average (issue 14), t=3 would give rank 3
 # -9/2 and rank 1 -16/3; had it taken the averaged model -3 (the other reading), -3 and -13/3.
 LATE_RANK, LATE_STEP, GRADS = 1, 3, [0, 4, 0, 0]
-AFTER_SYNC = [[-2, -2, 0, 0], [-1, -3, -1, -3], [-3, -3, -3, -3], [-3, Fraction(-17, 3), -3, -5],
-              [Fraction(-19, 3), Fraction(-19, 3), -4, -4], [Fraction(-37, 6)] * 4]
+AFTER_SYNC = [
+    [-2, -2, 0, 0],
+    [-1, -3, -1, -3],
+    [-3, -3, -3, -3],
+    [-3, Fraction(-17, 3), -3, -5],
+    [Fraction(-19, 3), Fraction(-19, 3), -4, -4],
+    [Fraction(-37, 6)] * 4,
+]
 
 
 def _late_after_sync(rank: int, world: int) -> None:
@@ -166,11 +172,9 @@ def _late_after_sync(rank: int, world: int) -> None:
             model(torch.full((2,), float(GRADS[rank]))).backward()
             algo.step()
         stale = int(rank == LATE_RANK and t >= LATE_STEP)
-        assert algo.stale_rounds == stale, (
-            f"rank {rank} step {t}: {algo.stale_rounds} stale rounds, not {stale}")
+        assert algo.stale_rounds == stale, f"rank {rank} step {t}: {algo.stale_rounds} stale rounds, not {stale}"
         want = torch.full((2,), float(expected[rank]))
-        assert torch.allclose(model.w.data, want, rtol=0, atol=1e-6), (
-            f"rank {rank} step {t}: {model.w.data} != {want}")
+        assert torch.allclose(model.w.data, want, rtol=0, atol=1e-6), f"rank {rank} step {t}: {model.w.data} != {want}"
     algo.close()
 
 
@@ -224,12 +228,35 @@ def test_wait_avoiding_rounds_keep_replicas_equal_after_each_global_average(tmp_
     run_on(4, _train, "wagma", {"global_period": 4}, str(tmp_path / "wa.pt"))
 
 
-@pytest.mark.parametrize("extra", [[], ["--set", "mode=sync"], ["--set", "straggler=fixed", "--set", "straggler_delay_ms=10"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--set", "mode=sync"], ["--set", "straggler=fixed", "--set", "straggler_delay_ms=10"]]
+)
 def test_wagma_reaches_the_digits_target_on_four_processes(tmp_path, extra):
     out = tmp_path / "wagma"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--algorithm", "wagma", "--task", "digits",
-                             "--nodes", "2", "--procs-per-node", "2", "--out", str(out), "--set", "wandb=false", *extra],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--algorithm",
+            "wagma",
+            "--task",
+            "digits",
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "wandb=false",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None

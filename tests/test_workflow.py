@@ -26,43 +26,66 @@ def _workdir(tmp_path: Path, matrix: dict) -> Path:
 
 
 def _snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, "--configfile", "matrix.yaml", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*SNAKEMAKE, "--configfile", "matrix.yaml", *args], cwd=workdir, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_default_dry_run_lists_every_run(tmp_path):
     matrix = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     result = _snakemake(_workdir(tmp_path, matrix), "-n")
     assert result.returncode == 0, result.stderr
-    expected = {f"results/runs/{matrix['suite']}/{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}/summary.json"
-                for t in matrix["tasks"] for a in matrix["algorithms"] for n in matrix["nodes"] for s in matrix["seeds"]}
+    expected = {
+        f"results/runs/{matrix['suite']}/{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}/summary.json"
+        for t in matrix["tasks"]
+        for a in matrix["algorithms"]
+        for n in matrix["nodes"]
+        for s in matrix["seeds"]
+    }
     listed = set(re.findall(r"results/runs/\S+/summary\.json", result.stdout))
     assert expected <= listed
     assert re.search(rf"^run\s+{len(expected)}$", result.stdout, re.M)
 
 
 def test_analysis_rules_name_their_files_and_the_report_only_renders(tmp_path):
-    matrix = {"suite": "t", "algorithms": ["ddp", "allreduce"], "tasks": ["digits"], "nodes": [1, 2],
-              "procs_per_node": 2, "seeds": [0]}
+    matrix = {
+        "suite": "t",
+        "algorithms": ["ddp", "allreduce"],
+        "tasks": ["digits"],
+        "nodes": [1, 2],
+        "procs_per_node": 2,
+        "seeds": [0],
+    }
     result = _snakemake(_workdir(tmp_path, matrix), "-n", "-p")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    commands = {rule: next(line for line in result.stdout.splitlines() if f"-m analysis.{rule} " in line)
-                for rule in ("tables", "figures", "report")}
+    commands = {
+        rule: next(line for line in result.stdout.splitlines() if f"-m analysis.{rule} " in line)
+        for rule in ("tables", "figures", "report")
+    }
     assert all("--results" not in command for command in commands.values())
     assert "--runs results/tables/runs.csv" in commands["tables"]
-    assert "--render-only" in commands["report"] and "--time-to-target results/tables/time_to_target.csv" in \
-        commands["report"]
+    assert (
+        "--render-only" in commands["report"]
+        and "--time-to-target results/tables/time_to_target.csv" in commands["report"]
+    )
     from benchmarks import naming
 
     layouts = [("t", "digits", n, 2) for n in (1, 2)]
-    expected = {f"results/figures/{name}" for kind in naming.FIGURE_KINDS
-                for name in naming.figure_files(kind, layouts, "png")}
+    expected = {
+        f"results/figures/{name}" for kind in naming.FIGURE_KINDS for name in naming.figure_files(kind, layouts, "png")
+    }
     assert set(re.findall(r"results/figures/\S+\.png", commands["report"])) == expected
 
 
 def test_bad_matrix_stops_before_any_job(tmp_path):
-    matrix = {"suite": "t", "algorithms": ["ddp", "nope"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
-              "seeds": [0]}
+    matrix = {
+        "suite": "t",
+        "algorithms": ["ddp", "nope"],
+        "tasks": ["digits"],
+        "nodes": [1],
+        "procs_per_node": 2,
+        "seeds": [0],
+    }
     result = _snakemake(_workdir(tmp_path, matrix), "-n")
     assert result.returncode != 0 and "unknown algorithm 'nope'" in result.stdout + result.stderr
     extra = dict(matrix, algorithms=["ddp"], colour="red")
@@ -71,16 +94,38 @@ def test_bad_matrix_stops_before_any_job(tmp_path):
 
 
 def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
-    matrix = {"suite": "tiny", "algorithms": ["ddp", "allreduce"], "tasks": ["digits"], "nodes": [1],
-              "procs_per_node": 2, "seeds": [0], "set": {"epochs": 3, "wandb": False}}
+    matrix = {
+        "suite": "tiny",
+        "algorithms": ["ddp", "allreduce"],
+        "tasks": ["digits"],
+        "nodes": [1],
+        "procs_per_node": 2,
+        "seeds": [0],
+        "set": {"epochs": 3, "wandb": False},
+    }
     work = _workdir(tmp_path, matrix)
     # A run directory that crashed before: its rank died, the launcher recorded the failure.
     failed = work / "results/runs/tiny/digits__allreduce__n1x2__s0"
     failed.mkdir(parents=True)
-    (failed / "summary.json").write_text(json.dumps({
-        "status": "failed", "suite": "tiny", "run_id": failed.name, "algorithm": "allreduce", "task": "digits",
-        "nodes": 1, "procs_per_node": 2, "world_size": 2, "seed": 0, "time_to_target_s": None,
-        "error": "rank 1 ended with signal SIGKILL", "metric": "accuracy", "target": 0.95}))
+    (failed / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "failed",
+                "suite": "tiny",
+                "run_id": failed.name,
+                "algorithm": "allreduce",
+                "task": "digits",
+                "nodes": 1,
+                "procs_per_node": 2,
+                "world_size": 2,
+                "seed": 0,
+                "time_to_target_s": None,
+                "error": "rank 1 ended with signal SIGKILL",
+                "metric": "accuracy",
+                "target": 0.95,
+            }
+        )
+    )
     result = _snakemake(work, "--cores", "2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ddp = json.loads((work / "results/runs/tiny/digits__ddp__n1x2__s0/summary.json").read_text())
@@ -108,7 +153,9 @@ def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):
 
 def _run_command(dry_run: str, algorithm: str, suite: str) -> str:
     """The dry run's command of a run of ``algorithm`` in ``suite`` (jobs are listed in no fixed order)."""
-    return next(line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line and f"suite={suite}'" in line)
+    return next(
+        line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line and f"suite={suite}'" in line
+    )
 
 
 def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):

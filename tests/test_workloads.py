@@ -27,10 +27,26 @@ from benchmarks.tasks import DataRootError, cityscapes, navigation, wmt17
 
 ROOT = Path(__file__).resolve().parent.parent
 CITIES = {"train": ["aachen", "bochum"], "val": ["frankfurt"]}
-EN = ["the house is small", "the house is big", "a cat sits on the mat", "the dog runs in the park",
-      "i like green tea", "we read a good book", "the weather is nice today", "she sees the old house"]
-DE = ["das haus ist klein", "das haus ist gross", "eine katze sitzt auf der matte", "der hund rennt im park",
-      "ich mag gruenen tee", "wir lesen ein gutes buch", "das wetter ist heute schoen", "sie sieht das alte haus"]
+EN = [
+    "the house is small",
+    "the house is big",
+    "a cat sits on the mat",
+    "the dog runs in the park",
+    "i like green tea",
+    "we read a good book",
+    "the weather is nice today",
+    "she sees the old house",
+]
+DE = [
+    "das haus ist klein",
+    "das haus ist gross",
+    "eine katze sitzt auf der matte",
+    "der hund rennt im park",
+    "ich mag gruenen tee",
+    "wir lesen ein gutes buch",
+    "das wetter ist heute schoen",
+    "sie sieht das alte haus",
+]
 
 
 def write_cityscapes(root: Path, frames: int = 2, height: int = 32, width: int = 64) -> Path:
@@ -45,8 +61,8 @@ def write_cityscapes(root: Path, frames: int = 2, height: int = 32, width: int =
                 image_dir.mkdir(parents=True, exist_ok=True)
                 label_dir.mkdir(parents=True, exist_ok=True)
                 ids = np.full((height, width), 23, np.uint8)
-                ids[height // 2:] = 7
-                ids[height // 2: height // 2 + 6, 10 + n: 26 + n] = 26
+                ids[height // 2 :] = 7
+                ids[height // 2 : height // 2 + 6, 10 + n : 26 + n] = 26
                 ids[:2] = 0
                 rgb = (rng.integers(0, 40, (height, width, 3)) + ids[..., None] * 8).astype(np.uint8)
                 Image.fromarray(rgb, "RGB").save(image_dir / f"{stem}_leftImg8bit.png")
@@ -75,6 +91,7 @@ def one_step(task: tasks.Task, model: torch.nn.Module, x: object, y: object) -> 
 
 # ---- metrics on hand-made cases ------------------------------------------------------------------
 
+
 def test_mean_iou_by_hand():
     target = torch.tensor([0, 0, 1, 1, 2, cityscapes.IGNORE])
     pred = torch.tensor([0, 1, 1, 1, 0, 2])
@@ -88,12 +105,14 @@ def test_mean_iou_by_hand():
 
 def test_bleu_by_hand_with_sacrebleu():
     # 1- to 4-gram precisions 4/5, 3/4, 2/3, 1/2, no brevity penalty: (1/5) ** (1/4).
-    assert wmt17.uncased_bleu(["A B C D E"], ["a b c d f"]) == pytest.approx(100 * 0.2 ** 0.25, abs=1e-9)
+    assert wmt17.uncased_bleu(["A B C D E"], ["a b c d f"]) == pytest.approx(100 * 0.2**0.25, abs=1e-9)
     assert wmt17.uncased_bleu(["The House is Small ."], ["the house is small ."]) == pytest.approx(100.0)
 
 
 def test_spl_gae_and_ppo_loss_by_hand():
-    assert navigation.spl(True, 4, 8) == 0.5 and navigation.spl(True, 4, 3) == 1.0 and navigation.spl(False, 4, 4) == 0.0
+    assert (
+        navigation.spl(True, 4, 8) == 0.5 and navigation.spl(True, 4, 3) == 1.0 and navigation.spl(False, 4, 4) == 0.0
+    )
     rewards, values = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [0.25]])
     # Episode ends at t=1: A1 = 2 - 0.25; A0 = 1 + g*0.25 - 0.5 + g*l*A1.
     a = navigation.gae(rewards, values, torch.tensor([[0.0], [1.0]]), torch.tensor([9.0]), gamma=0.5, lam=0.5)
@@ -111,6 +130,7 @@ def test_label_ids_map_to_the_19_train_ids():
 
 
 # ---- loaders, one step, evaluation -------------------------------------------------------------------
+
 
 def test_cityscapes_fixture_loads_trains_and_evaluates(tmp_path):
     task = tasks.get("cityscapes_deeplabv3")
@@ -210,6 +230,7 @@ def test_navigation_evaluation_reduces_its_sums_on_the_evaluation_device(monkeyp
 
 # ---- end to end --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("task", ["cityscapes_deeplabv3", "wmt17_transformer", "navigation_ddppo"])
 def test_allreduce_run_on_two_processes_completes(tmp_path, task):
     sets = ["epochs=1", "wandb=false"]
@@ -222,8 +243,14 @@ def test_allreduce_run_on_two_processes_completes(tmp_path, task):
     out = tmp_path / "run"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = ["--algorithm", "allreduce", "--task", task, "--nodes", "1", "--procs-per-node", "2", "--out", str(out)]
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", *args, *(f"--set={s}" for s in sets)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *args, *(f"--set={s}" for s in sets)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 1 and summary["steps"] >= 1

@@ -26,13 +26,23 @@ SACCT_FIELDS = ("JobID", "JobName", "NTasks", "State", "ExitCode", "Elapsed", "C
 
 def expected_runs(matrix: dict) -> dict[str, int]:
     """Each run id of a one-suite matrix, with its rank count."""
-    return {f"{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}": n * matrix["procs_per_node"]
-            for t in matrix["tasks"] for a in matrix["algorithms"] for n in matrix["nodes"] for s in matrix["seeds"]}
+    return {
+        f"{t}__{a}__n{n}x{matrix['procs_per_node']}__s{s}": n * matrix["procs_per_node"]
+        for t in matrix["tasks"]
+        for a in matrix["algorithms"]
+        for n in matrix["nodes"]
+        for s in matrix["seeds"]
+    }
 
 
 def sacct_rows(since: str) -> list[dict[str, str]]:
-    out = subprocess.run(["sacct", "-n", "-P", "-S", since, "-o", ",".join(SACCT_FIELDS)],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-S", since, "-o", ",".join(SACCT_FIELDS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return [dict(zip(SACCT_FIELDS, line.split("|", len(SACCT_FIELDS) - 1))) for line in out.splitlines() if line]
 
 
@@ -90,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if not problems:
-        print(f"ok: {len(expected_runs(matrix))} runs of suite {matrix['suite']} went through sbatch and srun "
-              "and are in the report")
+        print(
+            f"ok: {len(expected_runs(matrix))} runs of suite {matrix['suite']} went through sbatch and srun "
+            "and are in the report"
+        )
     return 1 if problems else 0
 
 

@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
+from algorithms import accelerator
+
 REGISTRY: dict[str, str] = {
     "digits": "benchmarks.tasks.digits:TASK",
     "mnist1d": "benchmarks.tasks.mnist1d:TASK",
@@ -61,8 +63,14 @@ HPARAM_KEYS = (
 # Keys a task need not give, with the value it gets: SGD (Adam's keys keep PyTorch's defaults), and
 # the plateau schedule's settings of the DASO papers' ImageNet runs (patience 5: "stable for 5 epochs",
 # arXiv v1 Sec. 4.1 / J. Big Data Table 1; threshold and min_lr: Heat's examples/nn/imagenet-DASO.py).
-HPARAM_DEFAULTS = {"optimizer": "sgd", "betas": [0.9, 0.999], "eps": 1e-8,
-                   "plateau_patience": 5, "plateau_threshold": 0.05, "min_lr": 1e-4}
+HPARAM_DEFAULTS = {
+    "optimizer": "sgd",
+    "betas": [0.9, 0.999],
+    "eps": 1e-8,
+    "plateau_patience": 5,
+    "plateau_threshold": 0.05,
+    "min_lr": 1e-4,
+}
 
 
 @dataclass(frozen=True)
@@ -102,9 +110,7 @@ class Task:
     metric: str = "accuracy"
     data_hint: str = ""
     check_data: Callable[[Path | None], None] | None = None
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
-        default=nn.functional.cross_entropy
-    )
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(default=nn.functional.cross_entropy)
     evaluate: Callable[[nn.Module, Iterable, torch.device], tuple[float, float]] | None = None
     make_loader: Callable[..., Iterable] | None = None
     decodes: bool = False
@@ -121,7 +127,6 @@ class Task:
         """True when the task needs no data root (its data ships with a package)."""
         return not self.data_hint
 
-
     def validate(self, model: nn.Module, loader: Iterable, device: torch.device) -> tuple[float, float]:
         """Job-wide ``(val_loss, val_metric)`` of ``model``; every rank calls it with its own slice."""
         was_training = model.training
@@ -131,17 +136,30 @@ class Task:
         model.train(was_training)
         return result
 
-    def train_loader(self, train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module,
-                     device: torch.device, workers: int = 0) -> Iterable:
+    def train_loader(
+        self,
+        train_set: Dataset,
+        sampler: Sampler,
+        batch_size: int,
+        model: nn.Module,
+        device: torch.device,
+        workers: int = 0,
+    ) -> Iterable:
         """This rank's training batches for one epoch (``sampler`` shards and shuffles), read by
         ``workers`` processes (``loader_workers``; 0: in this process)."""
         if self.make_loader is not None:
             return self.make_loader(train_set, sampler, batch_size, model, device)
         if workers == 0:
-            return DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True,
-                              **loader_options(0, device))
-        return _EpochLoader(_SeededItems(train_set, getattr(sampler, "seed", 0)), batch_size=batch_size,
-                            sampler=sampler, drop_last=True, **loader_options(workers, device))
+            return DataLoader(
+                train_set, batch_size=batch_size, sampler=sampler, drop_last=True, **loader_options(0, device)
+            )
+        return _EpochLoader(
+            _SeededItems(train_set, getattr(sampler, "seed", 0)),
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=True,
+            **loader_options(workers, device),
+        )
 
 
 def cpu_share(ranks_here: int) -> int:
@@ -149,6 +167,16 @@ def cpu_share(ranks_here: int) -> int:
     rank sees the whole machine (the local launcher), an equal share among the ``ranks_here`` on it."""
     available, total = len(os.sched_getaffinity(0)), os.cpu_count() or 1
     return max(1, available if available < total else total // max(1, ranks_here))
+
+
+def default_threads(procs_per_node: int, device: torch.device, task: Task) -> int:
+    """Torch threads per rank: the CPUs this rank may use (srun's ``--cpus-per-task`` binds them),
+    or, where every rank sees the whole machine (the local launcher), an equal share of it. On a GPU
+    a task that decodes its items keeps one: the GPU computes, the rank's other CPUs decode
+    (``loader_workers``)."""
+    if accelerator.is_accelerator(device) and task.decodes:
+        return 1
+    return cpu_share(procs_per_node)
 
 
 def loader_workers(task: Task, threads: int, ranks_here: int = 1) -> int:
@@ -236,14 +264,12 @@ def require_data_root(task_name: str, data_root: Path | None, must_hold: str) ->
     """Return ``data_root / must_hold`` or raise a ``DataRootError`` naming ``--set data_root``."""
     if data_root is None:
         raise DataRootError(
-            f"task {task_name!r} reads its data from disk: pass --set data_root=DIR, "
-            f"where DIR holds {must_hold}"
+            f"task {task_name!r} reads its data from disk: pass --set data_root=DIR, where DIR holds {must_hold}"
         )
     path = Path(data_root) / must_hold
     if not path.exists():
         raise DataRootError(
-            f"task {task_name!r}: {path} does not exist; --set data_root=DIR must point at a "
-            f"folder holding {must_hold}"
+            f"task {task_name!r}: {path} does not exist; --set data_root=DIR must point at a folder holding {must_hold}"
         )
     return path
 

@@ -29,8 +29,7 @@ from pathlib import Path
 from torch import nn
 from torch.utils.data import Dataset
 
-from benchmarks.tasks import models
-from benchmarks.tasks import DataRootError, Task, require_data_root
+from benchmarks.tasks import DataRootError, Task, models, require_data_root
 from benchmarks.tasks.vision import torchvision
 
 _tv = torchvision()

@@ -55,12 +55,33 @@ CROP = (1024, 2048)  # height, width
 SCALE_RANGE = (0.5, 2.0)
 EVAL_CHUNK = 2  # full-resolution images per forward pass during evaluation (memory)
 _MEAN, _STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-_HINT = ("leftImg8bit/{train,val}/<city>/*_leftImg8bit.png and gtFine/{train,val}/<city>/"
-         "*_gtFine_labelIds.png (the official Cityscapes layout)")
+_HINT = (
+    "leftImg8bit/{train,val}/<city>/*_leftImg8bit.png and gtFine/{train,val}/<city>/"
+    "*_gtFine_labelIds.png (the official Cityscapes layout)"
+)
 
 # labelId -> trainId for the 19 evaluated classes (road 7 -> 0, ..., bicycle 33 -> 18).
-_EVALUATED = {7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9, 23: 10, 24: 11, 25: 12,
-              26: 13, 27: 14, 28: 15, 31: 16, 32: 17, 33: 18}
+_EVALUATED = {
+    7: 0,
+    8: 1,
+    11: 2,
+    12: 3,
+    13: 4,
+    17: 5,
+    19: 6,
+    20: 7,
+    21: 8,
+    22: 9,
+    23: 10,
+    24: 11,
+    25: 12,
+    26: 13,
+    27: 14,
+    28: 15,
+    31: 16,
+    32: 17,
+    33: 18,
+}
 TRAIN_ID = np.full(256, IGNORE, dtype=np.uint8)
 for _label, _train in _EVALUATED.items():
     TRAIN_ID[_label] = _train
@@ -85,11 +106,15 @@ def pairs(root: Path, split: str) -> list[tuple[Path, Path]]:
         stem = image.name.removesuffix("_leftImg8bit.png")
         label = root / "gtFine" / split / image.parent.name / f"{stem}_gtFine_labelIds.png"
         if not label.is_file():
-            raise DataRootError(f"task {NAME!r}: {image} has no label file {label}; --set data_root=DIR must hold {_HINT}")
+            raise DataRootError(
+                f"task {NAME!r}: {image} has no label file {label}; --set data_root=DIR must hold {_HINT}"
+            )
         found.append((image, label))
     if not found:
-        raise DataRootError(f"task {NAME!r}: no *_leftImg8bit.png under {root / 'leftImg8bit' / split}; "
-                            f"--set data_root=DIR must hold {_HINT}")
+        raise DataRootError(
+            f"task {NAME!r}: no *_leftImg8bit.png under {root / 'leftImg8bit' / split}; "
+            f"--set data_root=DIR must hold {_HINT}"
+        )
     return found
 
 
@@ -113,7 +138,7 @@ def augment(x: torch.Tensor, y: torch.Tensor, crop: tuple[int, int]) -> tuple[to
         y = F.pad(y, (0, pw, 0, ph), value=IGNORE)
     top = int(torch.randint(0, x.shape[1] - crop[0] + 1, ()))
     left = int(torch.randint(0, x.shape[2] - crop[1] + 1, ()))
-    x, y = x[:, top:top + crop[0], left:left + crop[1]], y[top:top + crop[0], left:left + crop[1]]
+    x, y = x[:, top : top + crop[0], left : left + crop[1]], y[top : top + crop[0], left : left + crop[1]]
     if torch.rand(()) < 0.5:
         x, y = x.flip(2), y.flip(1)
     return x.contiguous(), y.contiguous()
@@ -148,7 +173,8 @@ class DeepLabV3(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.net = torchvision().models.segmentation.deeplabv3_resnet50(
-            weights=None, weights_backbone=None, num_classes=NUM_CLASSES, aux_loss=False)
+            weights=None, weights_backbone=None, num_classes=NUM_CLASSES, aux_loss=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)["out"]

@@ -42,11 +42,14 @@ def make_datasets(data_root: Path | None = None) -> tuple[TensorDataset, TensorD
 def make_model() -> nn.Module:
     """Two 3×3 convolutions and a linear head (about 44k parameters), no batch norm."""
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
         nn.MaxPool2d(2),  # 8×8 -> 4×4
         nn.Flatten(),
-        nn.Linear(64 * 4 * 4, 24), nn.ReLU(),
+        nn.Linear(64 * 4 * 4, 24),
+        nn.ReLU(),
         nn.Linear(24, 10),
     )
 

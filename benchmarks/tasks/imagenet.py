@@ -54,9 +54,7 @@ def check_data(data_root: Path | None) -> None:
     val = require_data_root(NAME, data_root, "val")
     train_classes, val_classes = _class_folders(train), _class_folders(val)
     if not train_classes:
-        raise DataRootError(
-            f"task {NAME!r}: {train} holds no class folders; --set data_root=DIR must hold {_HINT}"
-        )
+        raise DataRootError(f"task {NAME!r}: {train} holds no class folders; --set data_root=DIR must hold {_HINT}")
     if not val_classes:
         raise DataRootError(
             f"task {NAME!r}: {val} holds no class folders; sort the validation images into "
@@ -106,9 +104,7 @@ def make_model() -> nn.Module:
 
 TASK = Task(
     name=NAME,
-    description=(
-        "ResNet-50 on ImageNet, Goyal et al. recipe (90 epochs, lr x0.1 at 30/60/80); target 75.9% top-1"
-    ),
+    description=("ResNet-50 on ImageNet, Goyal et al. recipe (90 epochs, lr x0.1 at 30/60/80); target 75.9% top-1"),
     make_datasets=make_datasets,
     make_model=make_model,
     target=0.759,

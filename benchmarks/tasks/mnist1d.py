@@ -39,11 +39,15 @@ def make_datasets(data_root: Path | None = None) -> tuple[TensorDataset, TensorD
 def make_model() -> nn.Module:
     """Three 1-D convolutions (64 channels) and a two-layer head, no batch norm."""
     return nn.Sequential(
-        nn.Conv1d(1, 64, 5, padding=2), nn.ReLU(),
-        nn.Conv1d(64, 64, 3, padding=1, stride=2), nn.ReLU(),  # 40 -> 20
-        nn.Conv1d(64, 64, 3, padding=1, stride=2), nn.ReLU(),  # 20 -> 10
+        nn.Conv1d(1, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv1d(64, 64, 3, padding=1, stride=2),
+        nn.ReLU(),  # 40 -> 20
+        nn.Conv1d(64, 64, 3, padding=1, stride=2),
+        nn.ReLU(),  # 20 -> 10
         nn.Flatten(),
-        nn.Linear(64 * 10, 256), nn.ReLU(),
+        nn.Linear(64 * 10, 256),
+        nn.ReLU(),
         nn.Linear(256, 10),
     )
 

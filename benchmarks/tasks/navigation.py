@@ -106,8 +106,14 @@ def make_model() -> nn.Module:
     return NavigationPolicy()
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
-        gamma: float = GAMMA, lam: float = GAE_LAMBDA) -> torch.Tensor:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    last_value: torch.Tensor,
+    gamma: float = GAMMA,
+    lam: float = GAE_LAMBDA,
+) -> torch.Tensor:
     """Generalised advantage estimates (Schulman et al. 2016) of a (T, N) rollout.
 
     ``dones[t]`` marks that the episode ended with step ``t``: the bootstrap from ``t + 1`` is cut.
@@ -155,8 +161,12 @@ class NavEpisode:
         obs, _ = self.env.reset(seed=seed)
         grid = self.env.unwrapped
         self.size = max(grid.width, grid.height)
-        self.goal = next((i, j) for i in range(grid.width) for j in range(grid.height)
-                         if (c := grid.grid.get(i, j)) is not None and c.type == "goal")
+        self.goal = next(
+            (i, j)
+            for i in range(grid.width)
+            for j in range(grid.height)
+            if (c := grid.grid.get(i, j)) is not None and c.type == "goal"
+        )
         self.distance = _geodesic(grid, self.goal)
         self.shortest = self.distance[tuple(grid.agent_pos)]
         self.cells_moved, self.view = 0, obs["image"]
@@ -262,12 +272,19 @@ class RolloutLoader:
         # Normalised advantages, as DD-PPO: the step size does not depend on the reward scale.
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-5)
         flat = lambda t: t.reshape(-1, *t.shape[2:])  # noqa: E731 - (T, N, ...) -> (T * N, ...)
-        return (flat(torch.stack(views)), flat(torch.stack(goals)), flat(torch.stack(actions)),
-                flat(torch.stack(logps)), flat(advantage), flat(ret))
+        return (
+            flat(torch.stack(views)),
+            flat(torch.stack(goals)),
+            flat(torch.stack(actions)),
+            flat(torch.stack(logps)),
+            flat(advantage),
+            flat(ret),
+        )
 
 
-def make_loader(train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module,
-                device: torch.device) -> RolloutLoader:
+def make_loader(
+    train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module, device: torch.device
+) -> RolloutLoader:
     return RolloutLoader(sampler, batch_size, model, device)
 
 
@@ -303,9 +320,7 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> tuple[
 
 TASK = Task(
     name="navigation_ddppo",
-    description=(
-        "point-goal navigation, DD-PPO-style PPO on MiniGrid Empty-Random-6x6 (Habitat stand-in); SPL"
-    ),
+    description=("point-goal navigation, DD-PPO-style PPO on MiniGrid Empty-Random-6x6 (Habitat stand-in); SPL"),
     make_datasets=make_datasets,
     make_model=make_model,
     target=0.9,  # 2 ddp processes pass it at epoch 17 (39 s on 2 cores, DD-PPO's Adam)

@@ -63,7 +63,9 @@ def check_data(data_root: Path | None) -> None:
     folder = require_data_root(NAME, data_root, FOLDER)
     missing = [name for name in FILES if not (folder / name).is_file()]
     if missing:
-        raise DataRootError(f"task {NAME!r}: {folder} lacks {', '.join(missing)}; --set data_root=DIR must hold {_HINT}")
+        raise DataRootError(
+            f"task {NAME!r}: {folder} lacks {', '.join(missing)}; --set data_root=DIR must hold {_HINT}"
+        )
 
 
 def read_lines(path: Path) -> list[str]:
@@ -96,10 +98,21 @@ def tokenizer(folder: Path):
     def train(tmp: Path) -> None:
         prefix = tmp.parent / f"{tmp.name}-spm"  # SentencePiece writes <prefix>.model and <prefix>.vocab
         spm.SentencePieceTrainer.train(
-            input=f"{folder / 'train.en'},{folder / 'train.de'}", model_prefix=str(prefix), vocab_size=VOCAB,
-            model_type="bpe", character_coverage=1.0, hard_vocab_limit=False, unk_id=UNK, bos_id=BOS,
-            eos_id=EOS, pad_id=PAD, input_sentence_size=SPM_SENTENCES, shuffle_input_sentence=True,
-            num_threads=os.cpu_count() or 1, minloglevel=2)
+            input=f"{folder / 'train.en'},{folder / 'train.de'}",
+            model_prefix=str(prefix),
+            vocab_size=VOCAB,
+            model_type="bpe",
+            character_coverage=1.0,
+            hard_vocab_limit=False,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            pad_id=PAD,
+            input_sentence_size=SPM_SENTENCES,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
         os.replace(f"{prefix}.model", tmp)
         Path(f"{prefix}.vocab").unlink(missing_ok=True)
 
@@ -127,7 +140,7 @@ def encoded(folder: Path, sp) -> dict[str, np.ndarray]:
             arrays[name], arrays[name + "_offsets"] = _pack([seqs[i] + [EOS] for i in keep])
         for name, lang in (("test_src", "en"), ("test_tgt", "de")):
             seqs = sp.encode(read_lines(folder / f"test.{lang}"), out_type=int)
-            arrays[name], arrays[name + "_offsets"] = _pack([s[:MAX_LEN - 1] + [EOS] for s in seqs])
+            arrays[name], arrays[name + "_offsets"] = _pack([s[: MAX_LEN - 1] + [EOS] for s in seqs])
         with open(tmp, "wb") as file:
             np.savez(file, **arrays)
 
@@ -150,8 +163,10 @@ class Pairs(Dataset):
         return int(max(self.src_off[index + 1] - self.src_off[index], self.tgt_off[index + 1] - self.tgt_off[index]))
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.from_numpy(self.src[self.src_off[index]:self.src_off[index + 1]].astype(np.int64)),
-                torch.from_numpy(self.tgt[self.tgt_off[index]:self.tgt_off[index + 1]].astype(np.int64)))
+        return (
+            torch.from_numpy(self.src[self.src_off[index] : self.src_off[index + 1]].astype(np.int64)),
+            torch.from_numpy(self.tgt[self.tgt_off[index] : self.tgt_off[index + 1]].astype(np.int64)),
+        )
 
 
 class TestSet(Dataset):
@@ -203,14 +218,15 @@ class LengthBatches:
         window = self.batch_size * BUCKET_WINDOW
         batches = []
         for start in range(0, len(indices), window):
-            chunk = sorted(indices[start:start + window], key=self.pairs.length)
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            chunk = sorted(indices[start : start + window], key=self.pairs.length)
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         for b in torch.randperm(len(batches)).tolist():
             yield pad_batch([self.pairs[i] for i in batches[b]])
 
 
-def make_loader(train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module,
-                device: torch.device) -> LengthBatches:
+def make_loader(
+    train_set: Dataset, sampler: Sampler, batch_size: int, model: nn.Module, device: torch.device
+) -> LengthBatches:
     return LengthBatches(train_set, sampler, batch_size)
 
 
@@ -220,12 +236,13 @@ class Transformer(nn.Module):
     ``forward((src, tgt_in))`` returns logits (B, T, ``VOCAB``) for teacher forcing.
     """
 
-    def __init__(self, d_model: int = 512, heads: int = 8, layers: int = 6, ffn: int = 2048,
-                 dropout: float = 0.1) -> None:
+    def __init__(
+        self, d_model: int = 512, heads: int = 8, layers: int = 6, ffn: int = 2048, dropout: float = 0.1
+    ) -> None:
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(VOCAB, d_model, padding_idx=PAD)
-        nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
         self.core = nn.Transformer(d_model, heads, layers, layers, ffn, dropout, batch_first=True, norm_first=True)
         self.dropout = nn.Dropout(dropout)
         position = torch.arange(MAX_LEN + DECODE_EXTRA + 1)[:, None]
@@ -243,8 +260,9 @@ class Transformer(nn.Module):
     def decode(self, memory: torch.Tensor, src: torch.Tensor, tgt_in: torch.Tensor, last: bool = False) -> torch.Tensor:
         """Logits for every target position, or for the last one only (``last``: greedy decoding)."""
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=tgt_in.device)
-        h = self.core.decoder(self._embed(tgt_in), memory, tgt_mask=causal, tgt_is_causal=True,
-                              memory_key_padding_mask=src == PAD)
+        h = self.core.decoder(
+            self._embed(tgt_in), memory, tgt_mask=causal, tgt_is_causal=True, memory_key_padding_mask=src == PAD
+        )
         if last:
             h = h[:, -1:]
         return h @ self.embed.weight.T  # output projection shared with the embeddings
@@ -260,8 +278,9 @@ def make_model() -> nn.Module:
 
 def translation_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Label-smoothed cross-entropy per target piece, padding excluded."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD,
-                           label_smoothing=LABEL_SMOOTHING)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD, label_smoothing=LABEL_SMOOTHING
+    )
 
 
 def greedy(model: Transformer, src: torch.Tensor) -> list[list[int]]:
@@ -297,7 +316,9 @@ def _test_set(loader: Iterable) -> TestSet:
     while isinstance(data, Subset):
         data = data.dataset
     if not isinstance(data, TestSet):
-        raise TypeError(f"task {NAME!r}: evaluate needs a DataLoader over its TestSet (or a Subset of it), got {data!r}")
+        raise TypeError(
+            f"task {NAME!r}: evaluate needs a DataLoader over its TestSet (or a Subset of it), got {data!r}"
+        )
     return data
 
 
@@ -309,12 +330,14 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> tuple[
     hypotheses, references = [], []
     for src, refs in loader:
         src = to_device(src[:, : max(1, int((src != PAD).sum(1).max()))], device)
-        (_, tgt_in), tgt = pad_batch([(s, torch.tensor(sp.encode(r, out_type=int)[: MAX_LEN - 1] + [EOS]))
-                                      for s, r in zip(src.cpu(), refs)])
+        (_, tgt_in), tgt = pad_batch(
+            [(s, torch.tensor(sp.encode(r, out_type=int)[: MAX_LEN - 1] + [EOS])) for s, r in zip(src.cpu(), refs)]
+        )
         logits = model((src, to_device(tgt_in, device)))
         tgt = to_device(tgt, device)
-        sums[0] += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=PAD,
-                                   reduction="sum").double()
+        sums[0] += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=PAD, reduction="sum"
+        ).double()
         sums[1] += (tgt != PAD).sum()
         hypotheses += [sp.decode(h) for h in greedy(getattr(model, "module", model), src)]
         references += list(refs)
