@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,15 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def test_ddp_on_digits_writes_the_four_files(tmp_path):
+def test_ddp_on_digits_writes_the_four_files(tmp_path, run_benchmark):
     out = tmp_path / "run"
-    result = run(
+    result = run_benchmark(
         "--algorithm",
         "ddp",
         "--task",
@@ -49,13 +41,13 @@ def test_ddp_on_digits_writes_the_four_files(tmp_path):
     assert len(rows) == 1 + json.loads((out / "config.json").read_text())["hparams"]["epochs"]
     assert list((out / "wandb").glob("offline-run-*")), "wandb should log offline inside the run directory"
     # A finished run directory is never overwritten.
-    again = run("--algorithm", "ddp", "--task", "digits", "--out", str(out))
+    again = run_benchmark("--algorithm", "ddp", "--task", "digits", "--out", str(out))
     assert again.returncode == 2 and "already holds a finished run" in again.stderr
 
 
-def test_allreduce_records_communication_time(tmp_path):
+def test_allreduce_records_communication_time(tmp_path, run_benchmark):
     out = tmp_path / "run"
-    result = run(
+    result = run_benchmark(
         "--algorithm",
         "allreduce",
         "--task",
@@ -97,10 +89,10 @@ def test_allreduce_records_communication_time(tmp_path):
         (["--algorithm", "ddp", "--task", "digits", "--nodes", "0"], "--nodes must be a positive integer"),
     ],
 )
-def test_bad_input_is_one_line_naming_the_fix(tmp_path, args, expected):
+def test_bad_input_is_one_line_naming_the_fix(tmp_path, args, expected, run_benchmark):
     out = tmp_path / "never"
     start = time.monotonic()
-    result = run(*args, "--out", str(out), timeout=60)
+    result = run_benchmark(*args, "--out", str(out), timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -109,11 +101,11 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, args, expected):
     assert time.monotonic() - start < 30
 
 
-def test_list_names_every_algorithm_and_task():
+def test_list_names_every_algorithm_and_task(run_benchmark):
     import algorithms
     from benchmarks import tasks
 
-    result = run("--list", timeout=60)
+    result = run_benchmark("--list", timeout=60)
     assert result.returncode == 0
     for name in algorithms.names() + tasks.names():
         assert f"  {name} " in result.stdout

@@ -1,0 +1,79 @@
+"""Shared fixtures, and the ``slow`` mark on every test that starts processes.
+
+``pytest -m "not slow"`` runs the quick subset (update rules on tiny tensors, configuration, the
+analysis on hand-made runs: about a minute); the full suite adds the multi-process tests (ranks,
+runs, launchers, workflows). A test is slow when it, or a function of its module that it calls,
+starts processes: ``run_on``, ``train_digits``, ``stop_after_first_epoch``, ``subprocess`` (and
+the ``run_benchmark`` fixture), a ``multiprocessing`` process or ``mp.spawn``. Marking by
+reading the test keeps a new multi-process test from slipping into the quick subset unmarked.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTS_PROCESSES = ("run_on", "train_digits", "stop_after_first_epoch", "subprocess", "Process", "spawn")
+
+
+def _called_names(function: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            target = node.func
+            names.add(target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", ""))
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                names.add(target.value.id)  # subprocess.run -> "subprocess"
+    return names
+
+
+def _starts_processes(module: ast.Module, name: str) -> bool:
+    """Whether function ``name`` of ``module``, or a module function it calls, starts processes."""
+    functions = {node.name: node for node in module.body if isinstance(node, ast.FunctionDef)}
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in functions:
+            continue
+        seen.add(current)
+        called = _called_names(functions[current])
+        if called & set(STARTS_PROCESSES):
+            return True
+        todo.extend(called)
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    trees: dict[str, ast.Module] = {}
+    for item in items:
+        if not isinstance(item, pytest.Function) or item.get_closest_marker("slow"):
+            continue
+        path = str(item.path)
+        if path not in trees:
+            trees[path] = ast.parse(inspect.getsource(item.module))
+        if "run_benchmark" in item.fixturenames or _starts_processes(trees[path], item.originalname):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository's root: the working directory of every command a test runs."""
+    return ROOT
+
+
+@pytest.fixture
+def run_benchmark(repo_root: Path):
+    """``run_benchmark(*args, timeout=...)``: ``python -m benchmarks.run ARGS`` from the repository
+    root, its output captured; returns the ``CompletedProcess`` (check ``returncode`` yourself)."""
+
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "benchmarks.run", *map(str, args)]
+        return subprocess.run(command, cwd=repo_root, capture_output=True, text=True, timeout=timeout, check=False)
+
+    return run
