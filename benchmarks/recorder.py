@@ -2,8 +2,9 @@
 
 Each evaluation hands the recorder one row (epoch, step, clock, losses, metric, and the algorithm's
 own columns). The recorder keeps the best metric and the first time the task's target was reached,
-writes the row to ``metrics.csv`` and wandb, prints a progress line, and says whether the run stops
-there: ``"diverged"`` (a non-finite training loss), ``"target"`` (the target reached, with
+writes the row to ``metrics.csv`` at once and keeps it for wandb (sent by ``flush`` where the clock
+is stopped: at a checkpoint and at the end, since a ``wandb.log`` on the clock would delay every
+rank), prints a progress line, and says whether the run stops there: ``"diverged"`` (a non-finite training loss), ``"target"`` (the target reached, with
 ``stop_at_target``), or ``None``. At the end it writes ``summary.json`` from what it kept. Every rank
 of a real run holds one and takes the same decision from the same job-wide numbers; only rank 0's
 writes (``writes=True``).

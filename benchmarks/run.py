@@ -226,16 +226,9 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             start = now(device)
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
-            wall = launcher.global_max(start - t0)
+            wall, written = launcher.global_max(start - t0), record.metrics_bytes()
             saver.save(
-                extra,
-                dict(
-                    step=loop.step + batch,
-                    epoch=loop.epoch,
-                    batch=batch,
-                    wall_s=wall,
-                    metrics_bytes=record.metrics_bytes(),
-                ),
+                extra, dict(step=loop.step + batch, epoch=loop.epoch, batch=batch, wall_s=wall, metrics_bytes=written)
             )
             record.flush()
             pause = now(device) - start
@@ -281,9 +274,8 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
                 break
             loop.step += steps_per_epoch
             loop.batches += batches
-            sums = launcher.all_reduce_numbers(
-                [float(loss_sum), float(batches)]
-            )  # job-wide mean loss and every rank's batches
+            # the job-wide mean loss, and every rank's batches
+            sums = launcher.all_reduce_numbers([float(loss_sum), float(batches)])
             train_loss = sums[0].item() / max(sums[1].item(), 1.0)
             loop.samples += int(sums[1].item()) * h["batch_size"]
             loop.epoch = epoch + 1
