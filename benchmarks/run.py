@@ -94,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return train(cfg, launch)
+    code = train(cfg, launch)
+    # Only now, with train's frame gone: DDP's reducer holds the group, and the last reference to a
+    # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
+    # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
+    if code != 1:
+        dist.destroy_process_group()
+    return code
 
 
 def _check_out(out: Path) -> None:
@@ -330,7 +336,6 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
     record.finish(status, fields)
     if master and status != "timeout":  # the summary marks the run done: its checkpoint has served
         checkpoint.remove(cfg.out)
-    dist.destroy_process_group()
     return EXIT_TIMEOUT if status == "timeout" else 0
 
 
