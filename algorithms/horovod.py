@@ -199,7 +199,7 @@ def _gloo_rendezvous(topology: Topology) -> RendezvousServer | None:
         server.init(slots)
     dist.broadcast_object_list(port, src=0)
     # MASTER_ADDR is rank 0's address for torch.distributed too (the launchers and
-    # benchmarks.dist.init_process_group set it); on one machine gloo stays on the loopback.
+    # benchmarks.launcher.init_process_group set it); on one machine gloo stays on the loopback.
     os.environ.update(
         {
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": os.environ.get("MASTER_ADDR") or hosts[0],

@@ -156,6 +156,11 @@ class Saver:
         position and state, the epoch's loss sum, the RNG, the commit ``"record"``); ``None`` if none."""
         shard = load(self.out, self.rank, self.world_size)
         for key, obj in self.stateful.items() if shard is not None else ():
+            if key not in shard:
+                raise CheckpointError(
+                    f"{self.out}/{DIRNAME} has no {key!r} state (written by an older version); "
+                    f"delete {self.out}/{DIRNAME} to start the run afresh"
+                )
             obj.load_state_dict(shard[key])
         return shard
 

@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
 from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
 
@@ -101,15 +103,11 @@ class Recorder:
             self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
         if self.writes:
             self.csv.write(row)
-            if self.wandb is not None:  # sent by flush(): a wandb.log on the clock would delay every rank
-                self.wandb_rows.append(
-                    (
-                        row["step"],
-                        {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))},
-                    )
-                )
-            from tqdm import tqdm
-
+            if self.wandb is not None:  # sent by flush(): a wandb.log on the wall clock would delay every rank
+                numeric = {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))}
+                self.wandb_rows.append((row["step"], numeric))
+                if self.clock == "simulated":  # a virtual clock does not see it: send at once
+                    self.flush()
             clock = "simulated" if self.clock == "simulated" else "wall"
             tqdm.write(
                 f"epoch {row['epoch']:>3}/{self.cfg.hparams['epochs']}  train_loss {train_loss:.4f}  "

@@ -233,10 +233,10 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
             wall, written = launcher.global_max(start - t0), record.metrics_bytes()
+            record.flush()  # before the save's closing barrier, so that every rank's pause includes it
             saver.save(
                 extra, dict(step=loop.step + batch, epoch=loop.epoch, batch=batch, wall_s=wall, metrics_bytes=written)
             )
-            record.flush()
             pause = now(device) - start
             if master:
                 logger.info("checkpoint at epoch %d batch %d saved in %.3f s", loop.epoch, batch, pause)
@@ -327,11 +327,14 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         stop.close()
     except Exception as error:  # noqa: BLE001 - any failure ends the run as failed, with the reason
         logger.error("rank %d failed: %s", topo.rank, traceback.format_exc())
-        if record is not None:
-            record.close(failed=True)
         if master:
             reason = f"{type(error).__name__}: {error}"
             rundir.write_summary(cfg, "failed", error=reason, epochs=loop.epoch, steps=loop.step)
+        try:  # after the summary: wandb itself may be what failed
+            if record is not None:
+                record.close(failed=True)
+        except Exception:  # noqa: BLE001
+            logger.warning("rank %d: closing metrics.csv and wandb failed too: %s", topo.rank, traceback.format_exc())
         return 1
     record.finish(status, fields)
     if master and status != "timeout":  # the summary marks the run done: its checkpoint has served

@@ -51,6 +51,7 @@ def summary(cfg, status: str, error: str | None = None, clock: str = "wall", **f
         "status": status,
         **identity,
         **dict.fromkeys(MEASUREMENTS),
+        **{"epochs": 0, "steps": 0, "samples": 0},  # a run that never trained did none
         **fields,
         "metric": task.metric,
         "target": task.target,
