@@ -31,24 +31,7 @@ logger = logging.getLogger(__name__)
 INCOMPLETE = "running/incomplete"
 BASELINE = "ddp"  # every speed-up is against it, and it is drawn first
 IDENTITY = ["suite", "run_id", "algorithm", "task", "nodes", "procs_per_node", "world_size", "seed"]
-SUMMARY_FIELDS = [
-    "status",
-    "time_to_target_s",
-    "epochs_to_target",
-    "final_metric",
-    "best_metric",
-    "final_train_loss",
-    "epochs",
-    "steps",
-    "samples",
-    "wall_s",
-    "throughput",
-    "comm_share",
-    "metric",
-    "target",
-    "clock",
-    "error",
-]
+SUMMARY_FIELDS = ["status", *naming.MEASUREMENTS, "metric", "target", "clock", "error"]
 ENV_FIELDS = [
     "python",
     "torch",
@@ -82,20 +65,7 @@ METRIC_COLUMNS = [
     "comm_s",
 ]
 _INTEGER = ["nodes", "procs_per_node", "world_size", "seed"]
-_FLOAT = [
-    "time_to_target_s",
-    "epochs_to_target",
-    "final_metric",
-    "best_metric",
-    "final_train_loss",
-    "epochs",
-    "steps",
-    "samples",
-    "wall_s",
-    "throughput",
-    "comm_share",
-    "target",
-]
+_FLOAT = [*naming.MEASUREMENTS, "target"]
 # Text however it looks: a CUDA version 12.10 must not come back as the number 12.1.
 _TEXT = [
     "suite",

@@ -69,3 +69,19 @@ def figure_files(kind: str, layouts: Iterable[tuple], ext: str) -> list[str]:
     else:
         keys = [()]
     return [f"{figure_stem(kind, *key)}.{ext}" for key in keys]
+
+
+# summary.json's measurements, in its order (``benchmarks/rundir.py`` writes them, ``analysis/`` reads them)
+MEASUREMENTS = (
+    "time_to_target_s",
+    "epochs_to_target",
+    "final_metric",
+    "best_metric",
+    "final_train_loss",
+    "epochs",
+    "steps",
+    "samples",
+    "wall_s",
+    "throughput",
+    "comm_share",
+)

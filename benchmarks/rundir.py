@@ -16,22 +16,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import tasks
+from benchmarks import naming, tasks
 
 METRIC_COLUMNS = ["epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s"]
-MEASUREMENTS = (
-    "time_to_target_s",
-    "epochs_to_target",
-    "final_metric",
-    "best_metric",
-    "final_train_loss",
-    "epochs",
-    "steps",
-    "samples",
-    "wall_s",
-    "throughput",
-    "comm_share",
-)
+MEASUREMENTS = naming.MEASUREMENTS
 
 
 def write_json_atomic(path: Path, payload: dict[str, object]) -> None:
