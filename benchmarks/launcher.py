@@ -320,15 +320,11 @@ class _ForkedRank:
 def exit_process(code: int) -> None:
     """End this process with ``code`` once its work is done, without the interpreter's teardown.
 
-    A rank's work ends when its entry point returns: summary written, process group destroyed, wandb
-    finished. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
+    A rank's work ends when its entry point returns: summary written, process group destroyed. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
     engine, destroyed in no fixed order) has aborted finished runs now and then ("terminate called
     without an active exception", signal 6), which srun and Snakemake take for a failed run. What
-    the skipped exit handlers did that matters is done here: wandb's finish, MPI's finalize.
+    the skipped exit handlers did that matters is done here: MPI's finalize, the log's flush.
     """
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:  # a failed rank's record (its atexit)
-        wandb.finish(exit_code=code)
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():  # OpenMPI's mpirun wants it
         mpi.Finalize()

@@ -2,19 +2,18 @@
 
 Each evaluation hands the recorder one row (epoch, step, clock, losses, metric, and the algorithm's
 own columns). The recorder keeps the best metric and the first time the task's target was reached,
-writes the row to ``metrics.csv`` at once and keeps it for wandb (sent by ``flush`` where the clock
-is stopped: at a checkpoint and at the end, since a ``wandb.log`` on the clock would delay every
-rank), prints a progress line, and says whether the run stops there: ``"diverged"`` (a non-finite training loss), ``"target"`` (the target reached, with
+writes the row to ``metrics.csv`` at once, prints a progress line, and says whether the run stops
+there: ``"diverged"`` (a non-finite training loss), ``"target"`` (the target reached, with
 ``stop_at_target``), or ``None``. At the end it writes ``summary.json`` from what it kept. Every rank
 of a real run holds one and takes the same decision from the same job-wide numbers; only rank 0's
-writes (``writes=True``).
+writes (``writes=True``). The run's wandb record is made from these files once it has ended
+(``benchmarks/wandb_records.py``), so nothing of wandb runs on the clock.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -24,18 +23,6 @@ from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
 
 logger = logging.getLogger("benchmarks.run")
-
-# metrics.csv's common columns, and their names in wandb (an algorithm's own go under ``algo/``)
-WANDB_KEYS = {
-    "train_loss": "train/loss",
-    "val_loss": "val/loss",
-    "val_metric": "val/metric",
-    "lr": "train/lr",
-    "wall_s": "time/wall_s",
-    "comm_s": "time/comm_s",
-    "samples": "train/samples",
-    "epoch": "epoch",
-}
 
 
 def setup_logging(path: Path) -> None:
@@ -62,7 +49,7 @@ class Recorder:
         writes: whether this process writes the run directory (rank 0, or the simulator).
         clock: ``"wall"`` or ``"simulated"``: the clock that ``wall_s`` reads, written to the summary.
         resume: a checkpoint's commit record: metrics.csv is kept up to its ``metrics_bytes`` and a
-            resumed wandb run says the step it resumed at.
+            restarts at the end of the last row checkpointed.
     """
 
     def __init__(
@@ -79,14 +66,11 @@ class Recorder:
         self.best, self.time_to_target_s, self.epochs_to_target = -math.inf, None, None
         self.row: dict[str, object] = {}
         self.columns = [*rundir.METRIC_COLUMNS, *columns]
-        self.csv = self.wandb = None
-        self.wandb_rows: list[tuple[int, dict[str, object]]] = []
+        self.csv = None
         if writes:
             self.csv = rundir.MetricsWriter(
                 cfg.out / "metrics.csv", columns, resume["metrics_bytes"] if resume else None
             )
-            if cfg.settings["wandb"]:
-                self.wandb = init_wandb(cfg, resume["step"] if resume else None)
 
     def record(self, row: dict[str, object]) -> str | None:
         """Keep and write one evaluation's ``row``; return why the run stops here, or ``None``."""
@@ -103,11 +87,6 @@ class Recorder:
             self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
         if self.writes:
             self.csv.write(row)
-            if self.wandb is not None:  # sent by flush(): a wandb.log on the wall clock would delay every rank
-                numeric = {WANDB_KEYS.get(k, f"algo/{k}"): v for k, v in row.items() if isinstance(v, (int, float))}
-                self.wandb_rows.append((row["step"], numeric))
-                if self.clock == "simulated":  # a virtual clock does not see it: send at once
-                    self.flush()
             clock = "simulated" if self.clock == "simulated" else "wall"
             tqdm.write(
                 f"epoch {row['epoch']:>3}/{self.cfg.hparams['epochs']}  train_loss {train_loss:.4f}  "
@@ -142,8 +121,8 @@ class Recorder:
         }
 
     def finish(self, status: str, fields: dict[str, object]) -> None:
-        """Close metrics.csv and wandb, then write the summary (last: it marks the run done)."""
-        self.close(failed=status == "failed")
+        """Close metrics.csv, then write the summary (last: it marks the run done)."""
+        self.close()
         if self.writes:
             summary = rundir.write_summary(self.cfg, status, clock=self.clock, **fields)
             logger.info(
@@ -153,21 +132,10 @@ class Recorder:
                 {k: summary[k] for k in ("time_to_target_s", "best_metric", "wall_s")},
             )
 
-    def close(self, failed: bool = False) -> None:
+    def close(self) -> None:
         if self.csv is not None:
             self.csv.close()
             self.csv = None
-        if self.wandb is not None:
-            self.flush()
-            self.wandb.finish(exit_code=int(failed))
-            self.wandb = None
-
-    def flush(self) -> None:
-        """Send the rows kept for wandb; called where the clock is stopped (a checkpoint, the end)."""
-        if self.wandb is not None:
-            for step, row in self.wandb_rows:
-                self.wandb.log(row, step=step)
-        self.wandb_rows.clear()
 
     def state_dict(self) -> dict[str, object]:
         return {
@@ -180,29 +148,3 @@ class Recorder:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.best, self.row = state["best"], dict(state["row"])
         self.time_to_target_s, self.epochs_to_target = state["time_to_target_s"], state["epochs_to_target"]
-
-
-def init_wandb(cfg: RunConfig, resumed_at_step: int | None = None):
-    """An offline wandb run inside the run directory, grouped by suite, typed by algorithm.
-
-    A resumed run is a new wandb run of the same name, tagged ``resumed``, whose config says the step
-    it resumed at (wandb's own resume needs its server; offline runs are synced later, one by one).
-    """
-    os.environ.setdefault("WANDB_SILENT", "true")
-    resumed = ["resumed"] if resumed_at_step is not None else []
-    try:
-        import wandb
-
-        return wandb.init(
-            project=cfg.settings["wandb_project"],
-            group=cfg.settings["suite"],
-            job_type=cfg.algorithm,
-            name=cfg.run_id,
-            tags=[cfg.task, f"nodes={cfg.nodes}", f"procs_per_node={cfg.procs_per_node}", *resumed],
-            config={**cfg.to_json(), "resumed_at_step": resumed_at_step},
-            dir=str(cfg.out),
-            mode=os.environ.get("WANDB_MODE", cfg.settings["wandb_mode"]),
-        )
-    except Exception as error:  # noqa: BLE001 - wandb trouble must not cost the run
-        logger.warning("wandb disabled for this run: %s", error)
-        return None

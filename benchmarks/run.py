@@ -35,7 +35,7 @@ from tqdm import tqdm
 import algorithms
 from algorithms import accelerator
 from algorithms.topology import Topology
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
@@ -61,6 +61,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="override a task hyper-parameter, algorithm knob or run setting (repeatable)",
     )
+    p.add_argument(
+        "--defer-wandb",
+        action="store_true",
+        help="leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow writes all of its runs' in one process)",
+    )
     p.add_argument("--list", action="store_true", help="list algorithms and tasks with their parameters")
     return p.parse_args(argv)
 
@@ -83,23 +88,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if cfg.settings["clock"] == "simulated":  # P logical workers in this one process
-        return simulator.simulate(cfg)
-    launch = launcher.detect()
-    if launch is None:  # started plainly: be the launcher of a virtual cluster
-        return launcher.run_locally(main, argv, cfg)
-    if launch.world_size != cfg.world_size:
+        code = simulator.simulate(cfg)
+    elif (launch := launcher.detect()) is None:  # started plainly: be the launcher of a virtual cluster
+        code = launcher.run_locally(main, argv, cfg)
+    elif launch.world_size != cfg.world_size:
         print(
             f"error: the launcher started {launch.world_size} ranks, but --nodes {cfg.nodes} x "
             f"--procs-per-node {cfg.procs_per_node} = {cfg.world_size}",
             file=sys.stderr,
         )
         return 2
-    code = train(cfg, launch)
-    # Only now, with train's frame gone: DDP's reducer holds the group, and the last reference to a
-    # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
-    # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
-    if code != 1:
-        dist.destroy_process_group()
+    else:
+        code = train(cfg, launch)
+        # Only now, with train's frame gone: DDP's reducer holds the group, and the last reference to a
+        # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
+        # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
+        if code != 1:
+            dist.destroy_process_group()
+        if launch.rank != 0 or launch.launcher == "local":  # the local launcher writes the record
+            return code
+    # The run has ended (or stopped at a time limit, when nothing is written): its wandb record, made
+    # from its files by the one process that outlives its ranks, off the clock.
+    if not args.defer_wandb:
+        wandb_records.write_safely(cfg.out)
     return code
 
 
@@ -233,7 +244,6 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
             wall, written = launcher.global_max(start - t0), record.metrics_bytes()
-            record.flush()  # before the save's closing barrier, so that every rank's pause includes it
             saver.save(
                 extra, dict(step=loop.step + batch, epoch=loop.epoch, batch=batch, wall_s=wall, metrics_bytes=written)
             )
@@ -330,11 +340,11 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         if master:
             reason = f"{type(error).__name__}: {error}"
             rundir.write_summary(cfg, "failed", error=reason, epochs=loop.epoch, steps=loop.step)
-        try:  # after the summary: wandb itself may be what failed
+        try:  # after the summary, which says what failed
             if record is not None:
-                record.close(failed=True)
+                record.close()
         except Exception:  # noqa: BLE001
-            logger.warning("rank %d: closing metrics.csv and wandb failed too: %s", topo.rank, traceback.format_exc())
+            logger.warning("rank %d: closing metrics.csv failed too: %s", topo.rank, traceback.format_exc())
         return 1
     record.finish(status, fields)
     if master and status != "timeout":  # the summary marks the run done: its checkpoint has served
