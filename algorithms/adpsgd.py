@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from algorithms import accelerator
+from algorithms import accelerator, comm
 from algorithms.base import Algorithm, Plan
 from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, bipartite_neighbours
@@ -84,7 +84,7 @@ class ADPSGD(Algorithm):
         self.params = [p.data for p in model.parameters()]
         self.published = flatten(self.params)
         self.pending = torch.zeros_like(self.published)
-        self.group = dist.new_group(backend="gloo")  # the thread's own channel, beside the main one
+        self.group = dist.new_group(backend=comm.side_backend())  # the thread's own channel, beside the main one
         self.thread: threading.Thread | None = None  # started at the first step, after any resume
         return model
 

@@ -33,7 +33,7 @@ class AllReduce(Algorithm):
             algo.step()
     """
 
-    simulatable = True  # the simulator's synchronous reference (benchmarks/simulator.py)
+    simulator = "virtual"
 
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)

@@ -140,7 +140,10 @@ class Algorithm(abc.ABC):
     owns_loop: ClassVar[bool] = False  # the runner calls ``train_epoch`` (``LoopAlgorithm``) instead of ``step``
     tracks_spread: ClassVar[bool] = False  # models differ between syncs; the runner logs ``model_spread()``
     sgd_only: ClassVar[bool] = False  # it applies its own SGD-momentum rule, not the run's optimizer
-    simulatable: ClassVar[bool] = False  # ``--set clock=simulated`` runs it (benchmarks/simulator.py)
+    # What runs it under ``--set clock=simulated``: "virtual" (the runner's loop, this class's own code,
+    # on the virtual cluster's ranks: benchmarks/virtual.py), "arrivals" (the parameter server's
+    # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).
+    simulator: ClassVar[str | None] = None
     columns: ClassVar[tuple[str, ...]] = ()  # its own metrics.csv columns; ``metrics()`` gives their values
 
     def __init__(self, topology: Topology) -> None:

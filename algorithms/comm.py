@@ -6,6 +6,13 @@ import torch
 import torch.distributed as dist
 
 
+def side_backend() -> str:
+    """The backend of a CPU side channel beside the default group (a control group, a progress or
+    gossip thread's own channel): gloo, or, on the virtual cluster (``benchmarks/virtual.py``), its
+    own groups, which carry CPU tensors too."""
+    return "virtual" if dist.is_initialized() and dist.get_backend() == "virtual" else "gloo"
+
+
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One contiguous copy of ``tensors``: one message instead of one per tensor."""
     return torch.cat([t.reshape(-1) for t in tensors])

@@ -161,6 +161,8 @@ class DASO(Algorithm):
             algo.end_epoch(train_loss)
     """
 
+    simulator = "virtual"
+
     def __init__(
         self,
         topology: Topology,

@@ -46,7 +46,7 @@ class DDP(Algorithm):
 
     overlaps_comm = True
     broadcast_start = False  # the wrapper broadcasts the initial state itself
-    simulatable = True  # the simulator's synchronous reference, as allreduce
+    simulator = "virtual"
 
     def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0) -> None:
         super().__init__(topology)

@@ -50,6 +50,8 @@ class DPSGD(Algorithm):
             algo.step()
     """
 
+    simulator = "virtual"
+
     tracks_spread = True
 
     def __init__(self, topology: Topology, *, mixing: str = "ring") -> None:

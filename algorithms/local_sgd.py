@@ -45,6 +45,8 @@ class LocalSGD(Algorithm):
             algo.step()
     """
 
+    simulator = "virtual"
+
     tracks_spread = True
 
     @classmethod

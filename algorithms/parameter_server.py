@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from algorithms import accelerator, async_rules
+from algorithms import accelerator, async_rules, comm
 from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.topology import Topology
 
@@ -121,7 +121,7 @@ class ParameterServer(LoopAlgorithm):
 
     RULE = "asgd"
     sgd_only = True
-    simulatable = True  # the simulator's asynchronous workers (benchmarks/simulator.py)
+    simulator = "arrivals"  # the asynchronous workers' arrival order (benchmarks/simulator.py)
     columns = ("gap", "lag", "idle_s", "max_share")
 
     def __init__(
@@ -169,7 +169,10 @@ class ParameterServer(LoopAlgorithm):
         model = super().prepare(model, optimizer, plan)
         # Two gloo groups of its own: the workers' threads' messages (any-source receives, CPU
         # vectors, also on NCCL jobs), and the main threads' collectives (evaluation, checkpoints).
-        self.group, self.main_group = dist.new_group(backend="gloo"), dist.new_group(backend="gloo")
+        self.group, self.main_group = (
+            dist.new_group(backend=comm.side_backend()),
+            dist.new_group(backend=comm.side_backend()),
+        )
         self.momentum = optimizer.defaults["momentum"]
         self.weight_decay = optimizer.defaults["weight_decay"]
         self.point = parameters_to_vector(model.parameters()).detach().cpu()  # a worker's current vector

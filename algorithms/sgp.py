@@ -73,6 +73,8 @@ class SGP(Algorithm):
             algo.step()
     """
 
+    simulator = "virtual"
+
     tracks_spread = True
 
     def __init__(self, topology: Topology, *, num_peers: int = 1, overlap: int = 0) -> None:

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import comm
 from algorithms.base import Algorithm, Plan
 from algorithms.comm import flat_average_, flatten, unflatten_into
 from algorithms.topology import Topology, wagma_phase_masks
@@ -133,7 +134,10 @@ class WAGMA(Algorithm):
         self.send_buf, self.send_iter = self._for_send(flatten(self.params)), -1
         if self.threaded:
             # Two channels of their own: activations (any source) and the rounds' data.
-            self.act_group, self.group = dist.new_group(backend="gloo"), dist.new_group(backend="gloo")
+            self.act_group, self.group = (
+                dist.new_group(backend=comm.side_backend()),
+                dist.new_group(backend=comm.side_backend()),
+            )
             self.threads = [
                 threading.Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
                 for target in (self._listen, self._progress)

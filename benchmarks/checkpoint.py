@@ -227,16 +227,18 @@ class StopRequest:
 
     Args:
         every: steps between two flag all-reduces (default 8).
+        signals: whether to install the handlers (only a process's main thread can; the virtual
+            cluster's ranks are threads, and a signal stops the simulation as a whole).
     """
 
-    def __init__(self, every: int = 8) -> None:
+    def __init__(self, every: int = 8, signals: bool = True) -> None:
         if every < 1:
             raise ValueError(f"Arg ``every`` must be a positive integer, got {every}.")
         self.every, self.calls = every, 0
         self.group: dist.ProcessGroup | None = None
         self.signal: int | None = None
         self.in_flight: deque[tuple[dist.Work, torch.Tensor]] = deque()
-        self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS} if signals else {}
 
     def _handle(self, signum: int, _frame: object) -> None:
         self.signal = signum

@@ -20,7 +20,7 @@ import yaml
 import algorithms
 from algorithms import accelerator
 from algorithms.parameter_server import ParameterServer
-from benchmarks import naming, tasks
+from benchmarks import cluster, naming, tasks
 from benchmarks.schedule import SCHEDULES
 
 # Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
@@ -41,8 +41,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank; gamma*: mean delay
     "clock": (str, "wall"),  # wall | simulated (benchmarks/simulator.py: P logical workers, one process)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
-    "sim_latency_us": (float, 5.0),  # simulated: per-message latency (JUWELS Booster InfiniBand HDR)
-    "sim_bandwidth_gbs": (float, 25.0),  # simulated: link bandwidth, GB/s (HDR200)
+    "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
 }
 
 
@@ -242,10 +241,9 @@ def _check_values(config: RunConfig) -> None:
     if h["optimizer"] == "adam":
         if len(h["betas"]) != 2 or not all(0 <= b < 1 for b in h["betas"]):
             raise ConfigError(f"--set betas: must be two numbers in [0, 1), got {h['betas']}")
-        if algorithms.get(config.algorithm).sgd_only or s["clock"] == "simulated":
+        if algorithms.get(config.algorithm).sgd_only:  # the virtual cluster runs the run's own optimizer
             raise ConfigError(
-                f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule"
-                f"{' in the simulator' if s['clock'] == 'simulated' else ''}; "
+                f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule; "
                 f"use optimizer=sgd or another algorithm"
             )
     problem = algorithms.get(config.algorithm).check(config.algorithm_params, h)
@@ -281,17 +279,22 @@ def _check_values(config: RunConfig) -> None:
     if s["clock"] not in ("wall", "simulated"):
         raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
     if s["clock"] == "simulated":
-        if not algorithms.get(config.algorithm).simulatable:
-            simulated = [name for name in algorithms.names() if algorithms.get(name).simulatable]
+        if algorithms.get(config.algorithm).simulator is None:
+            simulated = [name for name in algorithms.names() if algorithms.get(name).simulator]
             raise ConfigError(
                 f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
                 f"simulated algorithms: {', '.join(simulated)}"
             )
-        if s["straggler"] == "fixed":
-            raise ConfigError("--set clock=simulated: straggler must be none, gamma or gamma_het")
-        for key in ("sim_step_ms", "sim_bandwidth_gbs"):
-            if s[key] <= 0:
-                raise ConfigError(f"--set {key}: must be positive, got {s[key]}")
+        if s["straggler"] == "fixed" and algorithms.get(config.algorithm).simulator == "arrivals":
+            raise ConfigError(
+                "--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het"
+            )
+        if s["sim_step_ms"] <= 0:
+            raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
+        if s["sim_network"] not in cluster.PRESETS:
+            raise ConfigError(
+                f"--set sim_network: unknown network {s['sim_network']!r}; choose one of {', '.join(cluster.PRESETS)}"
+            )
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
     if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= workers:

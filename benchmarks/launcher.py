@@ -44,7 +44,7 @@ class Launch:
 
     rank: int
     world_size: int
-    launcher: str  # local | torchrun | srun | mpirun | horovodrun
+    launcher: str  # local | torchrun | srun | mpirun | horovodrun | virtual (a thread of the virtual cluster)
     master_addr: str
     master_port: int
     slurm_job_id: str | None = None
@@ -201,8 +201,13 @@ def free_port() -> int:
 
 
 def init_process_group(launch: Launch, timeout_s: float, device: torch.device) -> str:
-    """Initialise ``torch.distributed`` with the device's backend (NCCL on CUDA, gloo on the CPU);
-    returns the backend name."""
+    """Initialise ``torch.distributed`` with the device's backend (NCCL on CUDA, gloo on the CPU, the
+    virtual cluster's groups for its ranks); returns the backend name."""
+    if launch.launcher == "virtual":  # a thread of benchmarks/virtual.py: no rendezvous to make
+        dist.init_process_group(
+            backend="virtual", rank=launch.rank, world_size=launch.world_size, store=dist.HashStore()
+        )
+        return "virtual"
     if not accelerator.is_accelerator(device):
         backend = "gloo"
     else:  # another accelerator's (the tests' strict device) from its registration, torch >= 2.6
@@ -237,9 +242,9 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
 
 def group_device() -> torch.device | None:
     """Where the job's default group takes its tensors: the rank's current accelerator under NCCL (or
-    another device's backend), None (the CPU) under gloo."""
+    another device's backend), None (the CPU) under gloo and on the virtual cluster."""
     backend = dist.get_backend()
-    if backend == "gloo":
+    if backend in ("gloo", "virtual"):
         return None
     kinds = [k for k, b in dist.Backend.default_device_backend_map.items() if b == backend]
     return torch.device(kinds[0], torch.get_device_module(kinds[0]).current_device())

@@ -33,14 +33,14 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import algorithms
-from algorithms import accelerator
+from algorithms import accelerator, comm
 from algorithms.topology import Topology
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks, wandb_records
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks, virtual, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule, make_optimizer
-from benchmarks.stragglers import Stragglers
+from benchmarks.stragglers import MACHINE_CV, Stragglers
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -87,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if cfg.settings["clock"] == "simulated":  # P logical workers in this one process
-        code = simulator.simulate(cfg)
+    if cfg.settings["clock"] == "simulated" and algorithms.get(cfg.algorithm).simulator == "arrivals":
+        code = simulator.simulate(cfg)  # P asynchronous workers' arrival order (the parameter server)
+    elif cfg.settings["clock"] == "simulated":  # P ranks of this runner as threads, on the virtual cluster
+        code = virtual.run_job(cfg, train)
     elif (launch := launcher.detect()) is None:  # started plainly: be the launcher of a virtual cluster
         code = launcher.run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
@@ -132,11 +134,27 @@ def _check_out(out: Path) -> None:
 STARTUP_TIMEOUT_S = 3600.0
 
 
-def now(device: torch.device) -> float:
-    """The runner's clock (s), read once ``device`` has run the work queued on it: CUDA runs kernels
-    asynchronously, and a reading would otherwise leave out the work queued but not yet run."""
-    accelerator.synchronize(device)
-    return time.perf_counter()
+class WallClock:
+    """The runner's clock on a real job (s), read once ``device`` has run the work queued on it: CUDA
+    runs kernels asynchronously, and a reading would otherwise leave out the work queued but not yet
+    run. The virtual cluster's ranks use ``virtual.VirtualClock`` instead, with the same interface."""
+
+    kind = "wall"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self) -> float:
+        accelerator.synchronize(self.device)
+        return time.perf_counter()
+
+    def compute(self) -> None:
+        """A batch's forward and backward took their own time."""
+
+    sleep = None  # stragglers sleep for real
+
+    def describe(self) -> dict[str, object]:
+        return {}
 
 
 def loss_accumulator(saved: torch.Tensor | None, device: torch.device) -> torch.Tensor:
@@ -154,10 +172,12 @@ class Loop:
     samples: int = 0  # samples the job trained on
 
 
-def train(cfg: RunConfig, launch: launcher.Launch) -> int:
+def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.VirtualClock | None = None) -> int:
     """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
-    when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again)."""
-    stop = checkpoint.StopRequest()  # first, so that a time-limit signal from now on stops cleanly
+    when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again).
+    ``clock`` is the wall clock, or a rank's clock on the virtual cluster (``launch.launcher`` virtual)."""
+    in_virtual = launch.launcher == "virtual"
+    stop = checkpoint.StopRequest(signals=not in_virtual)  # first: a time-limit signal from now on stops cleanly
     s, h = cfg.settings, cfg.hparams
     topo = Topology(launch.rank, cfg.nodes, cfg.procs_per_node)
     master, world = topo.rank == 0, topo.world_size
@@ -165,13 +185,17 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         cfg.out.mkdir(parents=True, exist_ok=True)
         setup_logging(cfg.out / "log.txt")
     device = launcher.pick_device(s["device"], launch.local_rank)
-    threads = s["threads"] or tasks.default_threads(cfg.procs_per_node, device, tasks.get(cfg.task))
+    # The virtual cluster runs one rank at a time: each gets the machine.
+    ranks_here = 1 if in_virtual else cfg.procs_per_node
+    threads = s["threads"] or tasks.default_threads(ranks_here, device, tasks.get(cfg.task))
     torch.set_num_threads(threads)
+    now = clock or WallClock(device)
     backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
     loop, record = Loop(), None
     try:
         # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
-        control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=s["collective_timeout_s"]))
+        timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
+        control = dist.new_group(backend=comm.side_backend(), timeout=timeout)
         task = tasks.get(cfg.task)
         train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
         torch.manual_seed(cfg.seed)  # same initial model on every rank
@@ -179,13 +203,17 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         # Every rank has its data and model before the first collective of the default group (the
         # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
         patience = datetime.timedelta(seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"]))
-        dist.monitored_barrier(group=control, timeout=patience, wait_all_ranks=True)
+        if in_virtual:  # no rank can be late to start on the virtual cluster
+            dist.barrier(group=control)
+        else:
+            dist.monitored_barrier(group=control, timeout=patience, wait_all_ranks=True)
         algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
         replicas, shard = algo.data_shard()
         sampler = checkpoint.ResumableSampler(
             train_set, num_replicas=replicas, rank=shard, shuffle=True, seed=cfg.seed, drop_last=True
         )
-        decoders = tasks.loader_workers(task, threads, launch.local_size)  # DataLoader worker processes
+        # DataLoader worker processes; none for the virtual cluster's threads
+        decoders = 0 if in_virtual else tasks.loader_workers(task, threads, launch.local_size)
         loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, decoders)
         # Each rank scores a disjoint slice of the validation set; the task reduces across the job.
         val_part = Subset(val_set, range(topo.rank, len(val_set), world))
@@ -208,20 +236,23 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         stateful = dict(model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule, algorithm=algo)
         saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
         resume = saver.restore()
-        record = Recorder(cfg, algo.metric_columns(), writes=master, resume=resume and resume["record"])
+        record = Recorder(cfg, algo.metric_columns(), writes=master, clock=now.kind, resume=resume and resume["record"])
         if resume is not None:
             loop = Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
         if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
             (cfg.out / "summary.json").unlink()
+        # On the virtual clock a gamma straggler model draws the batch times themselves (VirtualClock).
+        kind = "none" if in_virtual and s["straggler"] in MACHINE_CV else s["straggler"]
         stragglers = Stragglers(
-            s["straggler"], topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed, device
+            kind, topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed, device, now.sleep
         )
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
         if master:
             rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
             env = rundir.environment(backend, launch.launcher, hosts, device, launch.slurm_job_id, threads)
+            env.update(now.describe())  # the virtual cluster's time model
             rundir.write_json_atomic(cfg.out / "env.json", env)
             resumed = f", resumed at epoch {loop.epoch} batch {resume['batch']}" if resume else ""
             logger.info(
@@ -235,19 +266,19 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
             checkpoint.set_rng_state(resume["rng_epoch"])
         dist.barrier()
         # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
-        t0 = now(device) - (resume["record"]["wall_s"] if resume else 0.0)
+        t0 = now() - (resume["record"]["wall_s"] if resume else 0.0)
 
         def save(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> float:
             """Checkpoint ``batch`` batches into epoch ``loop.epoch``; return the seconds it took."""
             algorithm_state = algo.state_dict()  # on the clock: it may wait for communication in flight
-            start = now(device)
+            start = now()
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
             wall, written = launcher.global_max(start - t0), record.metrics_bytes()
             saver.save(
                 extra, dict(step=loop.step + batch, epoch=loop.epoch, batch=batch, wall_s=wall, metrics_bytes=written)
             )
-            pause = now(device) - start
+            pause = now() - start
             if master:
                 logger.info("checkpoint at epoch %d batch %d saved in %.3f s", loop.epoch, batch, pause)
             return pause  # saving is not training: the clock pauses
@@ -276,6 +307,7 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
                     optimizer.zero_grad(set_to_none=True)
                     loss = task.loss(train_model(x), y)
                     loss.backward()
+                    now.compute()  # on the virtual clock: the batch's compute time, from the time model
                     algo.step()
                     scheduler.step()
                     loss_sum += loss.detach()
@@ -306,7 +338,7 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
                     "epoch": epoch + 1,
                     "step": loop.step,
                     "samples": loop.samples,
-                    "wall_s": launcher.global_max(now(device) - t0),
+                    "wall_s": launcher.global_max(now() - t0),
                     "train_loss": train_loss,
                     "val_loss": val_loss,
                     "val_metric": val_metric,
@@ -331,7 +363,7 @@ def train(cfg: RunConfig, launch: launcher.Launch) -> int:
         bar.close()
         algo.close()
         # A timeout's clock is the time so far; the others end at their last evaluation.
-        end = launcher.global_max(now(device) - t0)
+        end = launcher.global_max(now() - t0)
         wall = end if status == "timeout" else record.row.get("wall_s", end)
         fields = record.fields(loop.epoch, loop.step if steps is None else steps, loop.samples, wall)
         stop.close()

@@ -3,23 +3,20 @@
 This is how the DANA paper produced most of its results (arXiv:1907.11612, Sec. 5): one machine studies
 the convergence of 4-64 workers. Worker i computes a gradient on the vector it was last sent; its
 batch takes a time drawn from the straggler model (``straggler=gamma`` homogeneous, ``gamma_het``
-heterogeneous, ``none`` all equal, mean ``sim_step_ms``), plus one message each way under an
-alpha-beta link model (``sim_latency_us``, ``sim_bandwidth_gbs``; JUWELS Booster's InfiniBand by
-default). The master serves gradients in arrival order with the same rules as the real parameter
+heterogeneous, ``none`` all equal, mean ``sim_step_ms``), plus one message each way over the
+inter-node link of the network ``sim_network`` (``benchmarks/cluster.py``; JUWELS Booster's
+InfiniBand by default). The master serves gradients in arrival order with the same rules as the real parameter
 server (``algorithms/async_rules.py``). The schedule depends on the seed alone, so every algorithm
 run with one seed sees the same arrivals and the same lags, as in the paper.
 
 Only the arrival order and times are simulated: every gradient is really computed, on the stale
 vector, in the order the master would apply it (one gradient per master update, so a simulation
 costs about what one worker's training costs, whatever P). The master's own service time is not
-modelled. ``allreduce`` (and ``ddp``) simulate the synchronous reference: each step waits for the
-slowest of P batches plus a ring all-reduce and applies the mean gradient.
+modelled. The synchronous reference (``allreduce``, ``ddp``) runs on the virtual cluster
+(``benchmarks/virtual.py``) with the same batch-time model.
 
-The lr follows the rule of real runs (``benchmarks/config.py:lr_scale``): with ``scale_lr`` the
-synchronous reference, which averages P batches per update, gets lr x P (Goyal et al.), warmed up
-from lr; the parameter-server rules apply each worker's batch as its own update at the single-worker
-lr, warmed up from lr / P. Without ``scale_lr`` both get the lr as given, which starves the reference
-of updates (P times fewer at the same lr).
+The lr follows the rule of real runs (``benchmarks/config.py:lr_scale``): the parameter-server rules
+apply each worker's batch as its own update at the single-worker lr, warmed up from lr / P.
 
 The run directory is the usual one; times are simulated seconds and ``summary.json`` says
 ``clock: simulated``. One data stream (a shuffle per epoch) feeds the workers in dispatch order and an
@@ -42,7 +39,7 @@ from torch.utils.data import DataLoader
 
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
-from benchmarks import launcher, rundir, tasks
+from benchmarks import cluster, launcher, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
@@ -52,26 +49,19 @@ logger = logging.getLogger("benchmarks.run")
 
 
 class Clock:
-    """Per-batch compute times and message times of the virtual cluster, in seconds."""
+    """Per-batch compute times and message times of the simulated workers, in seconds."""
 
     def __init__(self, s: dict[str, object], workers: int, params: int, seed: int) -> None:
         self.mean = s["sim_step_ms"] / 1000.0
         self.times = GammaTimes(s["straggler"], workers, self.mean, seed) if s["straggler"] in MACHINE_CV else None
-        self.alpha = s["sim_latency_us"] * 1e-6
-        self.beta = s["sim_bandwidth_gbs"] * 1e9
+        self.link = cluster.PRESETS[s["sim_network"]].inter  # a worker and the master: two nodes
         self.bytes = 4 * params  # fp32 vectors
-        self.workers = workers
 
     def compute(self, worker: int) -> float:
         return self.times.draw(worker) if self.times is not None else self.mean
 
     def message(self) -> float:
-        return self.alpha + self.bytes / self.beta
-
-    def allreduce(self) -> float:
-        """Ring all-reduce of the gradient: 2(P-1) steps, each of 1/P of the vector."""
-        p = self.workers
-        return 2 * (p - 1) * (self.alpha + self.bytes / (p * self.beta)) if p > 1 else 0.0
+        return self.link.time(self.bytes)
 
 
 def simulate(cfg: RunConfig) -> int:
@@ -89,25 +79,21 @@ def simulate(cfg: RunConfig) -> int:
     model = task.make_model().to(device)
     theta = parameters_to_vector(model.parameters()).detach().clone()
     workers, batch = cfg.world_size, h["batch_size"]
-    synchronous = cfg.algorithm in ("allreduce", "ddp")
-    updates_per_epoch = len(train_set) // (batch * workers if synchronous else batch)
+    updates_per_epoch = len(train_set) // batch
     if updates_per_epoch == 0:
         print(f"error: batch_size {batch} exceeds the training set", file=sys.stderr)
         return 2
     lr_factor = LRSchedule(h, updates_per_epoch, workers)  # warm-up from 1/P of the (resolved) peak
-    if synchronous:  # the reference: one Nesterov/heavy-ball step on the mean of P gradients
-        master = async_rules.NagAsgd(theta, 1, h["momentum"], "nesterov" if h["nesterov"] else "heavy_ball")
-    else:
-        p = cfg.algorithm_params
-        master = async_rules.make_master(
-            cfg.algorithm,
-            theta,
-            workers,
-            h["momentum"],
-            nag_form=p["nag_form"],
-            dc_anchor=p["dc_anchor"],
-            dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]},
-        )
+    p = cfg.algorithm_params
+    master = async_rules.make_master(
+        cfg.algorithm,
+        theta,
+        workers,
+        h["momentum"],
+        nag_form=p["nag_form"],
+        dc_anchor=p["dc_anchor"],
+        dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]},
+    )
     clock = Clock(s, workers, theta.numel(), cfg.seed)
     sent = theta.repeat(workers, 1)  # what each worker computes its next gradient on
     sent_at = [0] * workers
@@ -145,35 +131,19 @@ def simulate(cfg: RunConfig) -> int:
         gap_sum, lag_sum, loss_sum = 0.0, 0.0, 0.0
         for b in range(updates_per_epoch):
             lr = h["lr"] * lr_factor(updates)
-            if synchronous:
-                step_batches = [
-                    order[(b * workers + i) * batch : (b * workers + i + 1) * batch] for i in range(workers)
-                ]
-                grads, losses = zip(
-                    *(
-                        _gradient(model, master.params, task, train_set, idx, h["weight_decay"], device)
-                        for idx in step_batches
-                    )
-                )
-                times = [clock.compute(i) for i in range(workers)]
-                now += max(times) + clock.allreduce()
-                compute_s += max(times)
-                master.apply(0, torch.stack(grads).mean(0), lr)
-                loss_sum += sum(float(x) for x in losses) / workers
-            else:
-                now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
-                g, loss = _gradient(
-                    model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
-                )
-                payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
-                gap_sum += async_rules.gap(master.params, sent[i])
-                lag_sum += updates - sent_at[i]
-                sent[i] = master.apply(i, payload, lr)
-                sent_at[i] = updates + 1
-                work = clock.compute(i)
-                compute_s += work
-                heapq.heappush(arrivals, (now + clock.message() + work + clock.message(), i))
-                loss_sum += float(loss)
+            now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
+            g, loss = _gradient(
+                model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
+            )
+            payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
+            gap_sum += async_rules.gap(master.params, sent[i])
+            lag_sum += updates - sent_at[i]
+            sent[i] = master.apply(i, payload, lr)
+            sent_at[i] = updates + 1
+            work = clock.compute(i)
+            compute_s += work
+            heapq.heappush(arrivals, (now + clock.message() + work + clock.message(), i))
+            loss_sum += float(loss)
             updates += 1
             bar.update()
             if not math.isfinite(loss_sum):
@@ -189,15 +159,15 @@ def simulate(cfg: RunConfig) -> int:
         row = {
             "epoch": epoch + 1,
             "step": updates,
-            "samples": updates * batch * (workers if synchronous else 1),
+            "samples": updates * batch,
             "wall_s": now,
             "train_loss": train_loss,
             "val_loss": val_loss,
             "val_metric": val_metric,
             "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
             "comm_s": None,
-            "gap": 0.0 if synchronous else gap_sum / updates_per_epoch,
-            "lag": 0.0 if synchronous else lag_sum / updates_per_epoch,
+            "gap": gap_sum / updates_per_epoch,
+            "lag": lag_sum / updates_per_epoch,
             "sim_compute_s": compute_s,
         }
         if (reason := record.record(row)) is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -64,6 +64,11 @@ class GammaTimes:
         """The time of ``worker``'s next batch."""
         return float(self.rng.gamma(self.shape, self.means[worker] / self.shape))
 
+    def draw_all(self) -> np.ndarray:
+        """The times of every worker's next batch, in one draw (the virtual cluster's ranks each make
+        the same draws from the same seed and read their own)."""
+        return self.rng.gamma(self.shape, self.means / self.shape)
+
     def sample(self, worker: int, n: int) -> np.ndarray:
         """``n`` batch times of ``worker`` at once (for the tests' straggler rates)."""
         return self.rng.gamma(self.shape, self.means[worker] / self.shape, size=n)
@@ -85,6 +90,8 @@ class Stragglers:
         seed: the run's seed.
         device: the rank's device. On a GPU a delayed rank first lets its queued work finish: a
             sleep beside work the GPU had queued anyway would hide the delay.
+        sleep: how a delayed rank waits (default: it sleeps; the virtual cluster's ranks advance
+            their virtual clock).
     """
 
     def __init__(
@@ -96,6 +103,7 @@ class Stragglers:
         delay_ms: float = 0.0,
         seed: int = 0,
         device: torch.device | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         workers = list(workers)
         if kind not in KINDS:
@@ -106,7 +114,7 @@ class Stragglers:
             raise ValueError(f"Arg ``straggler_delay_ms`` must be >= 0, got {delay_ms}.")
         self.kind, self.rank, self.workers = kind, rank, workers
         self.ranks, self.delay_s, self.seed = ranks, delay_ms / 1000.0, seed
-        self.device = device
+        self.device, self.sleep = device, sleep
         self.delayed_steps = 0
         # gamma: one generator for the whole job (so the heterogeneous means are drawn once, alike on
         # every rank); each worker advances it identically and reads its own column.
@@ -129,6 +137,9 @@ class Stragglers:
 
     def _sleep(self, seconds: float) -> None:
         self.delayed_steps += 1
+        if self.sleep is not None:
+            self.sleep(seconds)
+            return
         if seconds > 0:
             accelerator.synchronize(self.device)
         time.sleep(seconds)

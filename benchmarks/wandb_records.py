@@ -46,12 +46,17 @@ DONE = "record.json"  # in RUN/wandb: the summary a record was made from (a reru
 
 
 def wandb_row(row: dict[str, str]) -> tuple[int, dict[str, float]]:
-    """One metrics.csv row as wandb's step, and its other cells under wandb's keys (empty ones left out)."""
+    """One metrics.csv row as wandb's step, and its other numbers under wandb's keys (empty cells and
+    words, such as DASO's ``phase``, left out: wandb plots numbers)."""
     out = {}
     for column, text in row.items():
-        if column != "step" and text not in ("", None):
+        if column == "step" or text in ("", None):
+            continue
+        try:
             value = float(text)
-            out[WANDB_KEYS.get(column, f"algo/{column}")] = int(value) if value.is_integer() else value
+        except ValueError:
+            continue
+        out[WANDB_KEYS.get(column, f"algo/{column}")] = int(value) if value.is_integer() else value
     return int(row["step"]), out
 
 

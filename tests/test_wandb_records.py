@@ -29,7 +29,7 @@ def the_record(run: Path) -> bytes:
 
 
 def test_a_row_goes_to_wandb_under_its_keys_with_empty_cells_left_out():
-    row = {"epoch": "2", "step": "44", "val_metric": "0.9526", "comm_s": "", "ps_weight": "0.25"}
+    row = {"epoch": "2", "step": "44", "val_metric": "0.9526", "comm_s": "", "ps_weight": "0.25", "phase": "warmup"}
     assert wandb_records.wandb_row(row) == (44, {"epoch": 2, "val/metric": 0.9526, "algo/ps_weight": 0.25})
 
 
@@ -62,7 +62,7 @@ def test_no_record_for_a_run_that_resumes_or_turned_wandb_off(tmp_path):
 
 def test_one_runs_trouble_leaves_the_others_records(tmp_path):
     broken, good = make_run(tmp_path / "broken"), make_run(tmp_path / "good")
-    (broken / "metrics.csv").write_text("epoch,step,val_metric\n1,22,not-a-number\n")
+    (broken / "metrics.csv").write_text("epoch,step,val_metric\n1,not-a-step,0.5\n")
     written, failed = wandb_records.write([broken, good])
     assert written == [good] and list(failed) == [broken] and "ValueError" in failed[broken]
     assert not (broken / "wandb" / wandb_records.DONE).exists()

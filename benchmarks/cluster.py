@@ -1,0 +1,115 @@
+"""The virtual cluster's network: two levels of links, and what each collective costs on them.
+
+A message of n bytes over a link costs ``latency + n / bandwidth`` (the alpha-beta model of Hockney,
+"The communication challenge for MPP", Parallel Computing 20(3), 1994). A cluster has two kinds of
+link: between two GPUs of one node, and between two nodes. A collective over ranks that span nodes
+runs at the pace of its slowest link, the inter-node one, except where the algorithm splits it into a
+node-local and a cross-node phase (DASO, ``hierarchical_allreduce``).
+
+Collective costs follow Thakur, Rabenseifner and Gropp, "Optimization of collective communication
+operations in MPICH" (IJHPCA 19(1), 2005): the ring all-reduce (reduce-scatter then all-gather,
+2(p-1) steps of n/p bytes, bandwidth-optimal: Patarasuk and Yuan, JPDC 69(2), 2009, the algorithm of
+NCCL and Horovod), recursive doubling (log2 p steps of n bytes: WAGMA's group all-reduce, Sec. 3.2 of
+arXiv:2005.00124), binomial-tree broadcast, and point-to-point messages (gossip, push-sum, the
+parameter server).
+
+The presets give each number with its source. Bandwidths are per direction, per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of link: a message of ``n`` bytes takes ``latency_s + n / bandwidth_bps`` seconds."""
+
+    latency_s: float
+    bandwidth_bps: float  # bytes per second
+
+    def time(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bandwidth_bps
+
+
+@dataclass(frozen=True)
+class Network:
+    """A two-level network: ``intra`` between the GPUs of a node, ``inter`` between nodes."""
+
+    name: str
+    intra: Link
+    inter: Link
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
+        """The slowest link among ``ranks`` (global ranks, ``procs_per_node`` to a node)."""
+        return self.intra if len({r // procs_per_node for r in ranks}) <= 1 else self.inter
+
+    def p2p(self, src: int, dst: int, procs_per_node: int, nbytes: float) -> float:
+        return self.link((src, dst), procs_per_node).time(nbytes)
+
+    def ring_allreduce(self, ranks, procs_per_node: int, nbytes: float) -> float:
+        """Reduce-scatter then all-gather around a ring: 2(p-1) steps of n/p bytes."""
+        p = len(ranks)
+        if p <= 1:
+            return 0.0
+        return 2 * (p - 1) * self.link(ranks, procs_per_node).time(nbytes / p)
+
+    def recursive_doubling_allreduce(self, ranks, procs_per_node: int, nbytes: float) -> float:
+        """log2(p) exchanges of the whole vector with a partner (p a power of two; else rounded up)."""
+        p = len(ranks)
+        if p <= 1:
+            return 0.0
+        return math.ceil(math.log2(p)) * self.link(ranks, procs_per_node).time(nbytes)
+
+    def broadcast(self, ranks, procs_per_node: int, nbytes: float) -> float:
+        """A binomial tree: ceil(log2 p) rounds of the whole message."""
+        p = len(ranks)
+        if p <= 1:
+            return 0.0
+        return math.ceil(math.log2(p)) * self.link(ranks, procs_per_node).time(nbytes)
+
+    def hierarchical_allreduce(self, nodes: int, procs_per_node: int, nbytes: float) -> float:
+        """A node-local ring all-reduce over G GPUs, then a ring all-reduce across the N nodes, each
+        node's G GPUs carrying 1/G of the vector on their own inter-node link in parallel (DASO's global
+        synchronisation, arXiv:2104.05588 Sec. 3)."""
+        g = procs_per_node
+        local = self.ring_allreduce(range(g), g, nbytes)
+        cross = 2 * (nodes - 1) * self.inter.time(nbytes / (g * nodes)) if nodes > 1 else 0.0
+        return local + cross
+
+
+def _gbs(gigabytes_per_s: float) -> float:
+    return gigabytes_per_s * 1e9
+
+
+PRESETS: dict[str, Network] = {
+    "juwels_booster": Network(
+        "juwels_booster",
+        intra=Link(latency_s=3e-6, bandwidth_bps=_gbs(300.0)),
+        inter=Link(latency_s=5e-6, bandwidth_bps=_gbs(25.0)),
+        sources={
+            "node": "4x NVIDIA A100 40 GB per node, NVLink 3 between them, 4x Mellanox HDR200 InfiniBand "
+            "ConnectX-6 adapters per node, one per GPU (JSC, JUWELS Booster overview, "
+            "apps.fz-juelich.de/jsc/hps/juwels/booster-overview.html)",
+            "intra bandwidth": "NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU per direction "
+            "(600 GB/s bidirectional; NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020)",
+            "inter bandwidth": "HDR200: 200 Gb/s = 25 GB/s per direction per adapter, one adapter per GPU",
+            "latencies": "order of magnitude of NCCL's per-message latency on NVLink (a few us) and over "
+            "InfiniBand HDR (about 5 us end to end including the NIC); not measured on JUWELS by this suite",
+        },
+    ),
+    "piz_daint": Network(
+        "piz_daint",
+        intra=Link(latency_s=1.3e-6, bandwidth_bps=_gbs(10.0)),  # one GPU per node: never used between GPUs
+        inter=Link(latency_s=1.3e-6, bandwidth_bps=_gbs(10.0)),
+        sources={
+            "node": "Cray XC50, one NVIDIA P100 16 GB per node (CSCS, Piz Daint; WAGMA-SGD's testbed, "
+            "arXiv:2005.00124 Sec. 5)",
+            "inter bandwidth": "Aries Dragonfly: about 10 GB/s injection bandwidth per node (Alverson et al., "
+            "'Cray XC Series Network', Cray Inc. white paper WP-Aries01-1112, 2012)",
+            "latencies": "Aries MPI point-to-point latency about 1.3 us (same white paper)",
+        },
+    ),
+}

@@ -1,0 +1,535 @@
+"""The virtual cluster: P ranks as threads of one process, on a virtual clock, running the real code.
+
+Each rank is a thread that runs the same training loop, the same algorithm and the same calls to
+``torch.distributed`` as a rank of a real job. Its process groups are ``VirtualGroup``s: they carry
+the tensors between the threads, exactly, and charge each operation what the network model of
+``benchmarks/cluster.py`` says it costs. Every rank has its own clock; the loop advances it by the
+compute time model at each batch, and a communication ends at the virtual time the model gives.
+So an algorithm's rule is written once: what is simulated is time, never arithmetic.
+
+Only one rank runs at a time, the one whose next event is earliest (a conservative discrete-event
+simulation): a rank runs until it must wait for another (a collective, a receive, a non-blocking
+operation's ``wait``), then the rank with the smallest clock among those that can go on runs next.
+A message is therefore delivered in the order of virtual time, whatever the order of the threads on
+the machine, and a run is deterministic. Running ranks one at a time also gives each the machine's
+cores for its own compute, and lets the rank switch swap the random-number state, so that every
+rank draws from its own generator as a process would.
+
+The thread-local ``torch.distributed`` state (each thread its own default group and group map)
+follows the way PyTorch's own multi-threaded test process group does it
+(``torch/testing/_internal/distributed/multi_threaded_pg.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from benchmarks.cluster import PRESETS, Network
+from benchmarks.launcher import Launch
+from benchmarks.stragglers import MACHINE_CV, GammaTimes
+
+BACKEND = "virtual"
+
+
+class Deadlock(RuntimeError):
+    """Every rank waits for another: the program would hang on a real cluster too."""
+
+
+@dataclass
+class Actor:
+    """One rank of the virtual cluster, as the scheduler sees it."""
+
+    rank: int
+    clock: float = 0.0
+    ready: Callable[[], float | None] | None = None  # while it waits: when it may go on (None: not yet)
+    done: bool = False
+    rng: torch.Tensor | None = None
+    waiting_for: str = ""
+
+
+class Scheduler:
+    """Runs one actor at a time: the one whose next event (its clock, or the time the thing it waits
+    for completes) is earliest; ties go to the lowest rank."""
+
+    def __init__(self, world_size: int) -> None:
+        self.actors = [Actor(r) for r in range(world_size)]
+        self.cond = threading.Condition()
+        self.current: Actor | None = None
+        self.error: BaseException | None = None
+        self.local = threading.local()
+
+    # -- used by the ranks' threads -------------------------------------------------------------
+    def me(self) -> Actor:
+        return self.local.actor
+
+    def now(self) -> float:
+        return self.me().clock
+
+    def advance(self, seconds: float) -> None:
+        """The calling rank computes for ``seconds`` of virtual time; others may run meanwhile."""
+        me = self.me()
+        me.clock += seconds
+        self._switch(me)
+
+    def wait(self, ready: Callable[[], float | None], what: str) -> None:
+        """Block the calling rank until ``ready()`` gives a time; its clock then moves there."""
+        me = self.me()
+        if (t := ready()) is not None and t <= me.clock:
+            return
+        me.ready, me.waiting_for = ready, what
+        self._switch(me)
+        me.clock = max(me.clock, ready())
+        me.ready, me.waiting_for = None, ""
+
+    # -- the threads ----------------------------------------------------------------------------
+    def run(self, body: Callable[[int], object]) -> list[object]:
+        """Run ``body(rank)`` for every rank, one at a time by virtual time; return their results."""
+        results: list[object] = [None] * len(self.actors)
+
+        def thread(actor: Actor) -> None:
+            self.local.actor = actor
+            try:
+                with self.cond:
+                    while self.current is not actor and self.error is None:
+                        self.cond.wait()
+                    self._check()
+                torch.set_rng_state(actor.rng)
+                results[actor.rank] = body(actor.rank)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller, and stops every rank
+                with self.cond:
+                    if self.error is None:
+                        self.error = error
+                    self.cond.notify_all()
+            finally:
+                actor.done = True
+                if self.error is None:
+                    try:
+                        self._switch(actor)  # hand the machine on
+                    except Deadlock:  # the ranks left wait for nothing that comes: recorded, they stop
+                        pass
+
+        state = torch.get_rng_state()
+        for actor in self.actors:
+            actor.rng = state.clone()
+        threads = [threading.Thread(target=thread, args=(a,), name=f"rank{a.rank}") for a in self.actors]
+        for t in threads:
+            t.start()
+        with self.cond:
+            self.current = self._next()
+            self.cond.notify_all()
+        for t in threads:
+            t.join()
+        torch.set_rng_state(state)
+        if self.error is not None:
+            raise self.error
+        return results
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError("another rank of the virtual cluster failed") from None
+
+    def _next(self) -> Actor | None:
+        best, when = None, None
+        for actor in self.actors:
+            if actor.done:
+                continue
+            if actor.ready is None:
+                t = actor.clock
+            else:
+                r = actor.ready()
+                if r is None:
+                    continue
+                t = max(actor.clock, r)
+            if when is None or t < when:
+                best, when = actor, t
+        return best
+
+    def _switch(self, me: Actor) -> None:
+        """Hand the machine to the actor whose next event is earliest, and wait for our turn."""
+        with self.cond:
+            nxt = self._next()
+            if nxt is None and not all(a.done for a in self.actors):
+                waits = "; ".join(f"rank {a.rank}: {a.waiting_for}" for a in self.actors if not a.done)
+                self.error = Deadlock(f"every rank of the virtual cluster waits: {waits}")
+                self.cond.notify_all()
+                raise self.error
+            if nxt is me:
+                return
+            me.rng = torch.get_rng_state()
+            self.current = nxt
+            self.cond.notify_all()
+            if me.done:
+                return
+            while self.current is not me and self.error is None:
+                self.cond.wait()
+            self._check()
+        torch.set_rng_state(me.rng)
+
+
+# -- the process groups -------------------------------------------------------------------------
+
+
+@dataclass
+class _Collective:
+    """One collective call of a group: what each member brought, and when it completes."""
+
+    size: int
+    inputs: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    clocks: dict[int, float] = field(default_factory=dict)
+    result: object = None
+    done_at: float | None = None
+
+
+class Cluster:
+    """What the ranks share: the scheduler, the network model, the groups' state, the mailboxes."""
+
+    def __init__(self, world_size: int, procs_per_node: int, network: Network) -> None:
+        self.world_size, self.procs_per_node, self.network = world_size, procs_per_node, network
+        self.scheduler = Scheduler(world_size)
+        self.collectives: dict[tuple[str, int], _Collective] = {}
+        self.mailboxes: dict[tuple[str, int, int, int], deque[tuple[torch.Tensor, float]]] = {}
+        self.bytes_sent = [0] * world_size
+
+    def store(self) -> dist.Store:
+        return dist.HashStore()
+
+
+class VirtualWork(dist._Work):
+    """A communication in flight; ``wait`` blocks the rank (on the virtual clock) until it completes."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        ready: Callable[[], float | None],
+        finish: Callable[[], None],
+        what: str,
+        tensors: list[torch.Tensor] | None = None,
+    ):
+        super().__init__()
+        self.cluster, self.ready, self.finish, self.what, self.finished = cluster, ready, finish, what, False
+        self.tensors = tensors or []
+
+    def is_completed(self) -> bool:
+        t = self.ready()
+        return t is not None and t <= self.cluster.scheduler.now()
+
+    def wait(self, timeout=None) -> bool:  # noqa: ARG002 - a virtual wait has no timeout
+        if not self.finished:
+            self.cluster.scheduler.wait(self.ready, self.what)
+            self.finish()
+            self.finished = True
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        """A completed future of the result: the wait happens here, on the virtual clock (a future
+        waited on in C++, as DDP's reducer does, could not hand the machine to another rank)."""
+        self.wait()
+        future = torch.futures.Future()
+        future.set_result(self.tensors)
+        return future
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class VirtualGroup(dist.ProcessGroup):
+    """A process group of the virtual cluster: exact tensors, modelled time."""
+
+    def __init__(self, cluster: Cluster, group_rank: int, ranks: list[int], name: str) -> None:
+        super().__init__(group_rank, len(ranks))
+        self.cluster, self.ranks, self.name = cluster, ranks, name
+        self.calls = 0
+
+    def getBackendName(self) -> str:  # noqa: N802 - ProcessGroup's name
+        return BACKEND
+
+    # -- collectives ----------------------------------------------------------------------------
+    def _collective(
+        self, tensors: list[torch.Tensor], cost: Callable[[int], float], combine: Callable[[_Collective], object], what
+    ):
+        """Bring ``tensors`` to this call of the collective; the last member to arrive computes the
+        result (``combine``) and the completion time (the last arrival plus ``cost(bytes)``)."""
+        key = (self.name, self.calls)
+        self.calls += 1
+        c = self.cluster.collectives.setdefault(key, _Collective(self.size()))
+        me = self.rank()
+        c.inputs[me] = [t.detach().clone() for t in tensors]
+        c.clocks[me] = self.cluster.scheduler.now()
+        if len(c.inputs) == c.size:
+            c.result = combine(c)
+            c.done_at = max(c.clocks.values()) + cost(_nbytes(tensors))
+        return c, key
+
+    def _work(self, c: _Collective, key, finish: Callable[[], None], what: str, tensors=None) -> VirtualWork:
+        def done() -> None:
+            finish()
+            c.inputs.pop(self.rank(), None)
+            if not c.inputs:  # every member has its result
+                self.cluster.collectives.pop(key, None)
+
+        return VirtualWork(self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors)
+
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        net, ppn = self.cluster.network, self.cluster.procs_per_node
+
+        def combine(c: _Collective) -> list[torch.Tensor]:
+            out = []
+            for i in range(len(tensors)):
+                stack = torch.stack([c.inputs[r][i] for r in range(c.size)])
+                if op == dist.ReduceOp.SUM:
+                    out.append(stack.sum(0))
+                elif op == dist.ReduceOp.MAX:
+                    out.append(stack.max(0).values)
+                elif op == dist.ReduceOp.MIN:
+                    out.append(stack.min(0).values)
+                elif op == dist.ReduceOp.AVG:
+                    out.append(stack.mean(0))
+                else:
+                    raise NotImplementedError(f"virtual all-reduce: reduce op {op} is not supported")
+            return out
+
+        c, key = self._collective(tensors, lambda n: net.ring_allreduce(self.ranks, ppn, n), combine, "all_reduce")
+
+        def finish() -> None:
+            for t, r in zip(tensors, c.result):
+                t.copy_(r)
+
+        return self._work(c, key, finish, "all_reduce", tensors)
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        net, ppn = self.cluster.network, self.cluster.procs_per_node
+        c, key = self._collective(
+            tensors, lambda n: net.broadcast(self.ranks, ppn, n), lambda c: c.inputs[root], "broadcast"
+        )
+
+        def finish() -> None:
+            for t, r in zip(tensors, c.result):
+                t.copy_(r)
+
+        return self._work(c, key, finish, "broadcast", tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        net, ppn = self.cluster.network, self.cluster.procs_per_node
+        # An all-gather of n bytes a rank is the all-gather half of a ring all-reduce of p*n bytes.
+        c, key = self._collective(
+            input_tensors,
+            lambda n: net.ring_allreduce(self.ranks, ppn, n * self.size()) / 2,
+            lambda c: [c.inputs[r] for r in range(c.size)],
+            "all_gather",
+        )
+
+        def finish() -> None:
+            for i, outs in enumerate(output_tensors):
+                for r, out in enumerate(outs):
+                    out.copy_(c.result[r][i])
+
+        return self._work(c, key, finish, "all_gather")
+
+    def barrier(self, opts=None):
+        c, key = self._collective([], lambda n: 0.0, lambda c: None, "barrier")
+        return self._work(c, key, lambda: None, "barrier")
+
+    # -- point to point -------------------------------------------------------------------------
+    def send(self, tensors, dst, tag):
+        sched, me = self.cluster.scheduler, self.ranks[self.rank()]
+        to = self.ranks[dst]
+        nbytes = _nbytes(tensors)
+        arrives = sched.now() + self.cluster.network.p2p(me, to, self.cluster.procs_per_node, nbytes)
+        box = self.cluster.mailboxes.setdefault((self.name, self.rank(), dst, tag), deque())
+        box.append(([t.detach().clone() for t in tensors], arrives))
+        self.cluster.bytes_sent[me] += nbytes
+        return VirtualWork(self.cluster, lambda: arrives, lambda: None, f"send to {to}")
+
+    def recv(self, tensors, src, tag):
+        box = self.cluster.mailboxes.setdefault((self.name, src, self.rank(), tag), deque())
+
+        def ready() -> float | None:
+            return box[0][1] if box else None
+
+        def finish() -> None:
+            data, _ = box.popleft()
+            for t, d in zip(tensors, data):
+                t.copy_(d)
+
+        return VirtualWork(self.cluster, ready, finish, f"receive from {self.ranks[src]}")
+
+    def recv_anysource(self, tensors, tag):
+        me = self.rank()
+        boxes = [
+            (src, self.cluster.mailboxes.setdefault((self.name, src, me, tag), deque())) for src in range(self.size())
+        ]
+        chosen: list[int] = []
+
+        def ready() -> float | None:
+            arrivals = [(box[0][1], src) for src, box in boxes if box]
+            return min(arrivals)[0] if arrivals else None
+
+        def finish() -> None:
+            _, src = min((box[0][1], src) for src, box in boxes if box)
+            data, _ = dict(boxes)[src].popleft()
+            for t, d in zip(tensors, data):
+                t.copy_(d)
+            chosen.append(src)
+
+        work = VirtualWork(self.cluster, ready, finish, "receive from any rank")
+        work._source_rank = lambda: chosen[0]  # what Work.source_rank() says after wait()
+        return work
+
+
+# -- one torch.distributed world per thread -----------------------------------------------------
+
+
+class _ThreadWorlds(c10d._World):
+    """``torch.distributed``'s global group state, one per thread (each thread is a rank)."""
+
+    local = threading.local()
+
+    def _data(self) -> dict:
+        data = getattr(self.local, "data", None)
+        if data is None:
+            data = self.local.data = dict(
+                default_pg=None,
+                pg_map={},
+                pg_names={},
+                pg_group_ranks={},
+                pg_backend_config={},
+                group_count=0,
+                tags_to_pg={},
+                pg_to_tag={},
+                pg_coalesce_state={},
+                comms=[],
+            )
+        return data
+
+    def __init__(self) -> None:  # no per-process state of its own
+        pass
+
+
+def _property(name: str, settable: bool = False) -> property:
+    def get(self):
+        return self._data()[name]
+
+    def put(self, value):
+        self._data()[name] = value
+
+    return property(get, put if settable else None)
+
+
+for _name in ("pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "tags_to_pg", "pg_to_tag"):
+    setattr(_ThreadWorlds, _name, _property(_name))
+for _name in ("pg_coalesce_state", "comms"):
+    setattr(_ThreadWorlds, _name, _property(_name))
+for _name in ("default_pg", "group_count"):
+    setattr(_ThreadWorlds, _name, _property(_name, settable=True))
+
+_active: Cluster | None = None
+
+
+def _create_group(opts, _backend_options) -> VirtualGroup:
+    ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+    return VirtualGroup(_active, opts.group_rank, ranks, opts.group_id)
+
+
+dist.Backend.register_backend(BACKEND, _create_group, extended_api=True, devices=["cpu", "cuda"])
+
+
+def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[int, Cluster], object]) -> list:
+    """Run ``body(rank, cluster)`` on every rank of a virtual cluster; return the ranks' results.
+
+    ``body`` calls ``init_process_group(rank, cluster)`` first, as a real rank would.
+    """
+    global _active
+    if _active is not None:
+        raise RuntimeError("a virtual cluster is already running in this process")
+    cluster = Cluster(world_size, procs_per_node, network)
+    saved_world = c10d._world
+    c10d._world = _ThreadWorlds()
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)  # C++'s registry of groups by name, per thread
+    _active = cluster
+    try:
+        with torch.autograd.set_multithreading_enabled(False):  # backward on the rank's own thread
+            return cluster.scheduler.run(lambda rank: body(rank, cluster))
+    finally:
+        _active = None
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+        c10d._world = saved_world
+
+
+def init_process_group(rank: int, cluster: Cluster) -> None:
+    """This thread's default group: the whole virtual cluster."""
+    dist.init_process_group(BACKEND, rank=rank, world_size=cluster.world_size, store=dist.HashStore())
+
+
+# -- the runner's ranks on the virtual cluster ---------------------------------------------------
+
+
+class VirtualClock:
+    """A rank's clock on the virtual cluster, as the runner reads it (``run.WallClock``'s interface).
+
+    A batch's forward and backward cost ``sim_step_ms``, or, under the ``gamma``/``gamma_het``
+    straggler models, a time drawn from them with that mean (DANA's model, as in
+    ``benchmarks/simulator.py``); a straggler's fixed delay advances the clock as it would sleep.
+    """
+
+    kind = "simulated"
+
+    def __init__(self, cluster: Cluster, rank: int, cfg) -> None:
+        s = cfg.settings
+        self.scheduler, self.rank = cluster.scheduler, rank
+        self.step_s = s["sim_step_ms"] / 1000.0
+        self.times = (
+            GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
+        )
+        self.network = cluster.network
+        self.compute_s = 0.0
+
+    def __call__(self) -> float:
+        return self.scheduler.now()
+
+    def compute(self) -> None:
+        seconds = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
+        self.compute_s += seconds
+        self.scheduler.advance(seconds)
+
+    def sleep(self, seconds: float) -> None:
+        self.scheduler.advance(seconds)
+
+    def describe(self) -> dict[str, object]:
+        net = self.network
+        return {
+            "clock": "simulated",
+            "network": {
+                "name": net.name,
+                "intra": dataclasses.asdict(net.intra),
+                "inter": dataclasses.asdict(net.inter),
+                "sources": net.sources,
+            },
+            "sim_step_ms": self.step_s * 1000.0,
+        }
+
+
+def run_job(cfg, train: Callable) -> int:
+    """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
+    return the job's exit code (the first failing rank's, else 0)."""
+    network = PRESETS[cfg.settings["sim_network"]]
+
+    def rank_main(rank: int, cluster: Cluster) -> int:
+        launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)
+        code = train(cfg, launch, VirtualClock(cluster, rank, cfg))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return code
+
+    codes = run(cfg.world_size, cfg.procs_per_node, network, rank_main)
+    return next((c for c in codes if c), 0)

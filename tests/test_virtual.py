@@ -1,0 +1,169 @@
+"""The virtual cluster: exact tensors between thread-ranks, time from the network model, worked by hand,
+and the runner's loop on it giving the real job's trajectory."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from benchmarks import cluster, virtual
+
+NET = cluster.Network(
+    "test",
+    intra=cluster.Link(latency_s=1e-6, bandwidth_bps=1e9),
+    inter=cluster.Link(latency_s=1e-5, bandwidth_bps=1e8),
+)
+
+
+# -- the network model, by hand ------------------------------------------------------------------
+
+
+def test_link_costs_by_hand():
+    # 4 ranks, 2 per node: the ring crosses nodes, so it runs at the inter-node link's pace.
+    n = 4000.0
+    assert NET.ring_allreduce([0, 1, 2, 3], 2, n) == pytest.approx(2 * 3 * (1e-5 + 1000 / 1e8))
+    assert NET.ring_allreduce([0, 1], 2, n) == pytest.approx(2 * 1 * (1e-6 + 2000 / 1e9))  # one node
+    assert NET.p2p(0, 1, 2, n) == pytest.approx(1e-6 + 4000 / 1e9)
+    assert NET.p2p(1, 2, 2, n) == pytest.approx(1e-5 + 4000 / 1e8)
+    assert NET.recursive_doubling_allreduce([0, 2, 4, 6], 2, n) == pytest.approx(2 * (1e-5 + 4000 / 1e8))
+    assert NET.broadcast([0, 1, 2, 3, 4], 2, n) == pytest.approx(3 * (1e-5 + 4000 / 1e8))
+    # DASO's global sync on 2 nodes x 2: a node-local ring of 2, then a cross-node ring of 2 carrying
+    # n / (2 x 2) bytes per GPU.
+    assert NET.hierarchical_allreduce(2, 2, n) == pytest.approx(2 * (1e-6 + 2000 / 1e9) + 2 * (1e-5 + 1000 / 1e8))
+    assert NET.ring_allreduce([3], 2, n) == 0.0
+
+
+def test_presets_name_their_sources():
+    for net in cluster.PRESETS.values():
+        assert net.sources and net.intra.bandwidth_bps >= net.inter.bandwidth_bps
+    booster = cluster.PRESETS["juwels_booster"]
+    assert booster.inter.bandwidth_bps == 25e9 and booster.intra.bandwidth_bps == 300e9
+
+
+# -- the scheduler and the groups, on threads ----------------------------------------------------
+
+
+def test_all_reduce_is_exact_and_ends_at_the_last_arrival_plus_the_ring():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        cl.scheduler.advance(0.001 * (rank + 1))  # rank 3 arrives last, at 4 ms
+        t = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(t)
+        return t[0].item(), cl.scheduler.now()
+
+    results = virtual.run(4, 2, NET, body)
+    ring = NET.ring_allreduce([0, 1, 2, 3], 2, 4000)
+    for total, clock in results:
+        assert total == 10.0 and clock == pytest.approx(0.004 + ring)
+
+
+def test_messages_arrive_in_virtual_time_not_in_thread_order():
+    """Rank 1 sends late in virtual time but runs first on the machine; rank 2 sends early. A receive
+    from any rank takes rank 2's message first, as on a real network."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            got = []
+            for _ in range(2):
+                t = torch.zeros(1)
+                work = dist.irecv(t)  # any source
+                work.wait()
+                got.append((int(t.item()), round(cl.scheduler.now(), 9)))
+            return got
+        cl.scheduler.advance(0.5 if rank == 1 else 0.1)
+        dist.send(torch.full((1,), float(rank)), dst=0)
+        return None
+
+    got = virtual.run(3, 1, NET, body)[0]
+    message = NET.p2p(1, 0, 1, 4)
+    assert got == [(2, round(0.1 + message, 9)), (1, round(0.5 + message, 9))]
+
+
+def test_non_blocking_all_reduce_overlaps_compute():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        work = dist.all_reduce(torch.ones(250_000), async_op=True)  # 1 MB: 2 x 1/2 MB x ... on one node
+        cl.scheduler.advance(0.01)
+        work.wait()
+        return cl.scheduler.now()
+
+    comm = NET.ring_allreduce([0, 1], 2, 1_000_000)
+    assert 0 < comm < 0.01
+    assert virtual.run(2, 2, NET, body) == [pytest.approx(0.01)] * 2  # hidden behind the compute
+    # and a wait longer than the compute ends with the communication
+    slow = cluster.Network("slow", cluster.Link(0.0, 1e7), cluster.Link(0.0, 1e7))
+    assert virtual.run(2, 2, slow, body) == [pytest.approx(slow.ring_allreduce([0, 1], 2, 1_000_000))] * 2
+
+
+def test_a_rank_that_waits_for_nothing_that_comes_is_a_deadlock():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            dist.recv(torch.zeros(1), src=1)
+
+    with pytest.raises(virtual.Deadlock, match="rank 0: receive from 1"):
+        virtual.run(2, 1, NET, body)
+
+
+def test_each_rank_draws_from_its_own_random_stream():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        torch.manual_seed(100 + rank)
+        first = torch.rand(3)
+        dist.barrier()  # the other rank runs and draws in between
+        return torch.cat([first, torch.rand(3)])
+
+    results = virtual.run(2, 1, NET, body)
+    for rank, drawn in enumerate(results):
+        torch.manual_seed(100 + rank)
+        assert torch.equal(drawn, torch.rand(6))  # as a process of its own would draw
+
+
+def test_subgroups_and_objects():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        t = torch.tensor([float(rank)])
+        dist.all_reduce(t, group=pairs[rank // 2])
+        names = [None] * 4
+        dist.all_gather_object(names, f"r{rank}")
+        return t.item(), names
+
+    results = virtual.run(4, 2, NET, body)
+    assert [r[0] for r in results] == [1.0, 1.0, 5.0, 5.0]
+    assert all(r[1] == ["r0", "r1", "r2", "r3"] for r in results)
+
+
+# -- the runner's loop on the virtual cluster: the real job's trajectory ----------------------------
+
+
+def _rows(out):
+    with open(out / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("algorithm", ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso"])
+def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmark, algorithm):
+    """2 nodes x 2, no stragglers, same seed and data order: the simulated run's validation loss at
+    every evaluation equals the real 4-process run's (to 1e-4 relative; measured: 2e-7 or better)."""
+    common = ["--algorithm", algorithm, "--task", "digits", "--nodes", "2", "--procs-per-node", "2"]
+    common += ["--set", "wandb=false", "--set", "epochs=3"]
+    if algorithm == "daso":  # one epoch of each phase: warm-up, cycling, cool-down
+        common += ["--set", "sync_warmup_epochs=1", "--set", "sync_cooldown_epochs=1"]
+    real = run_benchmark(*common, "--out", str(tmp_path / "real"))
+    simulated = run_benchmark(*common, "--out", str(tmp_path / "sim"), "--set", "clock=simulated")
+    assert real.returncode == 0 and simulated.returncode == 0, simulated.stderr[-2000:]
+    a, b = _rows(tmp_path / "real"), _rows(tmp_path / "sim")
+    assert len(a) == len(b) == 3
+    for x, y in zip(a, b):
+        assert float(y["val_loss"]) == pytest.approx(float(x["val_loss"]), rel=1e-4)
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    env = json.loads((tmp_path / "sim" / "env.json").read_text())
+    assert summary["clock"] == "simulated" and env["network"]["name"] == "juwels_booster"
+    # 3 epochs of 22 batches of 100 ms, plus what the network costs
+    assert 6.6 <= summary["wall_s"] < 6.6 * 1.05
