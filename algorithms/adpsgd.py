@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 
 import torch
 import torch.distributed as dist
@@ -63,6 +62,7 @@ class ADPSGD(Algorithm):
     overlaps_comm = True  # the exchanges run in the thread, beside the computation
     columns = ("exchanges",)
     tracks_spread = True  # the replicas drift apart between exchanges, as for the other gossip methods
+    simulator = "virtual"
 
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)
@@ -72,8 +72,8 @@ class ADPSGD(Algorithm):
         self.expected_done = sum(
             topology.rank in bipartite_neighbours(r, topology.world_size) for r in range(0, topology.world_size, 2)
         )
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
+        self.lock = comm.threads().Lock()
+        self.wake = comm.threads().Event()
         self.stopping = False
         self.exchanges = 0
         self.error: BaseException | None = None  # the thread's failure, raised by the main thread
@@ -85,13 +85,13 @@ class ADPSGD(Algorithm):
         self.published = flatten(self.params)
         self.pending = torch.zeros_like(self.published)
         self.group = dist.new_group(backend=comm.side_backend())  # the thread's own channel, beside the main one
-        self.thread: threading.Thread | None = None  # started at the first step, after any resume
+        self.thread = None  # a comm.threads().Thread, started at the first step, after any resume
         return model
 
     def _start(self) -> None:
         """Start the gossip thread. Not in ``prepare()``: a resumed rank's thread would serve exchanges
         with the model and deltas of before ``load_state_dict``, which then overwrote what they added."""
-        self.thread = threading.Thread(target=self._gossip, name="adpsgd-gossip", daemon=True)
+        self.thread = comm.threads().Thread(target=self._gossip, name="adpsgd-gossip", daemon=True)
         self.thread.start()
 
     def step(self) -> None:

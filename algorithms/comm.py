@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.distributed as dist
+
+_threads = threading
+
+
+def threads():
+    """Where an algorithm gets its threads, locks, events and conditions: ``threading`` on a real
+    job; on the virtual cluster (``benchmarks/virtual.py``) stand-ins whose waits run on its clock.
+    Use ``comm.threads().Thread(...)`` where one would write ``threading.Thread(...)``."""
+    return _threads
+
+
+def use_threads(provider):
+    """Install ``provider`` as ``threads()``; return the one it replaces (the virtual cluster's hook)."""
+    global _threads
+    previous, _threads = _threads, provider
+    return previous
 
 
 def side_backend() -> str:

@@ -23,7 +23,6 @@ paper's beta switch), for comparison.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 
 import torch
@@ -92,6 +91,7 @@ class WAGMA(Algorithm):
     """
 
     tracks_spread = True
+    simulator = "virtual"
 
     def __init__(
         self,
@@ -116,7 +116,7 @@ class WAGMA(Algorithm):
         if grouping not in ("corrected", "printed"):
             raise ValueError(f"Arg ``grouping`` must be 'corrected' or 'printed', got {grouping!r}.")
         self.group_size, self.period, self.mode, self.printed = s, global_period, mode, grouping == "printed"
-        self.cond = threading.Condition()
+        self.cond = comm.threads().Condition()
         self.results: dict[int, tuple[torch.Tensor, int]] = {}
         self.requests: deque[int | None] = deque()
         self.next_version, self.started_version = 0, -1
@@ -139,7 +139,7 @@ class WAGMA(Algorithm):
                 dist.new_group(backend=comm.side_backend()),
             )
             self.threads = [
-                threading.Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
+                comm.threads().Thread(target=target, name=f"wagma-{target.__name__}", daemon=True)
                 for target in (self._listen, self._progress)
             ]
             for thread in self.threads:

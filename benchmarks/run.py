@@ -208,6 +208,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         else:
             dist.monitored_barrier(group=control, timeout=patience, wait_all_ranks=True)
         algo = algorithms.build(cfg.algorithm, topo, **cfg.algorithm_params)
+        if in_virtual:  # its communication timers read the virtual clock
+            algo.clock = now
         replicas, shard = algo.data_shard()
         sampler = checkpoint.ResumableSampler(
             train_set, num_replicas=replicas, rank=shard, shuffle=True, seed=cfg.seed, drop_last=True

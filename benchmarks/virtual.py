@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from algorithms import comm
 from benchmarks.cluster import PRESETS, Network
 from benchmarks.launcher import Launch
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
@@ -43,11 +44,13 @@ class Deadlock(RuntimeError):
     """Every rank waits for another: the program would hang on a real cluster too."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Actor:
-    """One rank of the virtual cluster, as the scheduler sees it."""
+    """A thread of the virtual cluster as the scheduler sees it: a rank's main thread, or a thread
+    that a rank started (WAGMA's progress thread, AD-PSGD's gossip thread), with a clock of its own."""
 
     rank: int
+    index: int = 0  # its place in the scheduler's list: ties between equal times go to the lowest
     clock: float = 0.0
     ready: Callable[[], float | None] | None = None  # while it waits: when it may go on (None: not yet)
     done: bool = False
@@ -60,7 +63,8 @@ class Scheduler:
     for completes) is earliest; ties go to the lowest rank."""
 
     def __init__(self, world_size: int) -> None:
-        self.actors = [Actor(r) for r in range(world_size)]
+        self.actors = [Actor(r, r) for r in range(world_size)]
+        self.threads: list[threading.Thread] = []
         self.cond = threading.Condition()
         self.current: Actor | None = None
         self.error: BaseException | None = None
@@ -93,16 +97,46 @@ class Scheduler:
     def run(self, body: Callable[[int], object]) -> list[object]:
         """Run ``body(rank)`` for every rank, one at a time by virtual time; return their results."""
         results: list[object] = [None] * len(self.actors)
+        state = torch.get_rng_state()
+        for actor in list(self.actors):
+            actor.rng = state.clone()
+            self._start(actor, lambda a=actor: results.__setitem__(a.rank, body(a.rank)), f"rank{actor.rank}")
+        with self.cond:
+            self.current = self._next()
+            self.cond.notify_all()
+        while True:  # the ranks' threads, and those they started
+            with self.cond:
+                running = [t for t in self.threads if t.is_alive()]
+            if not running:
+                break
+            for t in running:
+                t.join()
+        torch.set_rng_state(state)
+        if self.error is not None:
+            raise self.error
+        return results
 
-        def thread(actor: Actor) -> None:
+    def spawn(self, target: Callable[[], None], name: str) -> Actor:
+        """Start ``target`` as a thread of the calling rank, with a clock starting at the caller's."""
+        parent = self.me()
+        child = Actor(parent.rank, len(self.actors), parent.clock, rng=torch.get_rng_state())
+        self.actors.append(child)
+        world = _ThreadWorlds.local.data  # it uses its rank's process groups
+        self._start(child, target, name, world)
+        return child
+
+    def _start(self, actor: Actor, target: Callable[[], None], name: str, world: dict | None = None) -> None:
+        def main() -> None:
             self.local.actor = actor
+            if world is not None:
+                _ThreadWorlds.local.data = world
             try:
                 with self.cond:
                     while self.current is not actor and self.error is None:
                         self.cond.wait()
                     self._check()
                 torch.set_rng_state(actor.rng)
-                results[actor.rank] = body(actor.rank)
+                target()
             except BaseException as error:  # noqa: BLE001 - handed to the caller, and stops every rank
                 with self.cond:
                     if self.error is None:
@@ -113,24 +147,12 @@ class Scheduler:
                 if self.error is None:
                     try:
                         self._switch(actor)  # hand the machine on
-                    except Deadlock:  # the ranks left wait for nothing that comes: recorded, they stop
+                    except Deadlock:  # the threads left wait for nothing that comes: recorded, they stop
                         pass
 
-        state = torch.get_rng_state()
-        for actor in self.actors:
-            actor.rng = state.clone()
-        threads = [threading.Thread(target=thread, args=(a,), name=f"rank{a.rank}") for a in self.actors]
-        for t in threads:
-            t.start()
-        with self.cond:
-            self.current = self._next()
-            self.cond.notify_all()
-        for t in threads:
-            t.join()
-        torch.set_rng_state(state)
-        if self.error is not None:
-            raise self.error
-        return results
+        thread = threading.Thread(target=main, name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
 
     def _check(self) -> None:
         if self.error is not None:
@@ -148,7 +170,7 @@ class Scheduler:
                 if r is None:
                     continue
                 t = max(actor.clock, r)
-            if when is None or t < when:
+            if when is None or t < when:  # the list's order breaks ties
                 best, when = actor, t
         return best
 
@@ -157,7 +179,11 @@ class Scheduler:
         with self.cond:
             nxt = self._next()
             if nxt is None and not all(a.done for a in self.actors):
-                waits = "; ".join(f"rank {a.rank}: {a.waiting_for}" for a in self.actors if not a.done)
+                waits = "; ".join(
+                    f"rank {a.rank}{'' if a.index == a.rank else ' (a thread of it)'}: {a.waiting_for}"
+                    for a in self.actors
+                    if not a.done
+                )
                 self.error = Deadlock(f"every rank of the virtual cluster waits: {waits}")
                 self.cond.notify_all()
                 raise self.error
@@ -172,6 +198,119 @@ class Scheduler:
                 self.cond.wait()
             self._check()
         torch.set_rng_state(me.rng)
+
+
+# -- a rank's threads and their locks, on the virtual clock ------------------------------------------
+
+
+class _Threads:
+    """What ``algorithms.comm.threads()`` gives on the virtual cluster: ``threading``'s Thread, Lock,
+    Event and Condition, whose waits are waits on the virtual clock. Only one thread runs at a time,
+    so a wait that ``threading`` would spend blocked hands the machine to the next thread in time
+    order; what it waits for (a release, a set, a notify) happens at the virtual time of its maker."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def Thread(self, target: Callable[[], None], name: str = "", daemon: bool = True) -> _Thread:  # noqa: N802
+        return _Thread(self.scheduler, target, name)
+
+    def Lock(self) -> _Lock:  # noqa: N802
+        return _Lock(self.scheduler)
+
+    def Event(self) -> _Event:  # noqa: N802
+        return _Event(self.scheduler)
+
+    def Condition(self) -> _Condition:  # noqa: N802
+        return _Condition(self.scheduler)
+
+
+class _Thread:
+    def __init__(self, scheduler: Scheduler, target: Callable[[], None], name: str) -> None:
+        self.scheduler, self.target, self.name, self.actor = scheduler, target, name, None
+
+    def start(self) -> None:
+        self.actor = self.scheduler.spawn(self.target, self.name)
+
+    def join(self, timeout: float | None = None) -> None:  # noqa: ARG002 - a virtual wait has no timeout
+        actor = self.actor
+        self.scheduler.wait(lambda: actor.clock if actor.done else None, f"thread {self.name} to end")
+
+    def is_alive(self) -> bool:
+        return self.actor is not None and not self.actor.done
+
+
+class _Lock:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler, self.owner, self.released_at = scheduler, None, 0.0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:  # noqa: ARG002
+        if self.owner is not None:
+            self.scheduler.wait(lambda: self.released_at if self.owner is None else None, "a lock")
+        self.owner = self.scheduler.me()
+        return True
+
+    def release(self) -> None:
+        self.owner, self.released_at = None, self.scheduler.now()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class _Event:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler, self.flag, self.set_at = scheduler, False, 0.0
+
+    def set(self) -> None:
+        if not self.flag:
+            self.flag, self.set_at = True, self.scheduler.now()
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout: float | None = None) -> bool:  # noqa: ARG002
+        if not self.flag:
+            self.scheduler.wait(lambda: self.set_at if self.flag else None, "an event")
+        return True
+
+
+class _Condition:
+    """``threading.Condition``: ``wait`` returns at the first notify after it began (callers loop on
+    their predicate, as ``threading`` requires)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler, self.lock = scheduler, _Lock(scheduler)
+        self.notifications, self.notified_at = 0, 0.0
+
+    def __enter__(self) -> bool:
+        return self.lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:  # noqa: ARG002 - woken by a notify only
+        seen = self.notifications
+        self.lock.release()
+        self.scheduler.wait(lambda: self.notified_at if self.notifications > seen else None, "a condition")
+        self.lock.acquire()
+        return True
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:  # noqa: ARG002
+        while not predicate():
+            self.wait()
+        return True
+
+    def notify_all(self) -> None:
+        self.notifications += 1
+        self.notified_at = self.scheduler.now()
+
+    notify = notify_all  # a spurious wake-up is allowed
 
 
 # -- the process groups -------------------------------------------------------------------------
@@ -216,6 +355,10 @@ class VirtualWork(dist._Work):
         super().__init__()
         self.cluster, self.ready, self.finish, self.what, self.finished = cluster, ready, finish, what, False
         self.tensors = tensors or []
+        self.source: int | None = None  # a receive from any rank: the group rank it came from
+
+    def _source_rank(self) -> int:  # what torch.distributed.recv returns for a receive from any rank
+        return self.source
 
     def is_completed(self) -> bool:
         t = self.ready()
@@ -369,7 +512,6 @@ class VirtualGroup(dist.ProcessGroup):
         boxes = [
             (src, self.cluster.mailboxes.setdefault((self.name, src, me, tag), deque())) for src in range(self.size())
         ]
-        chosen: list[int] = []
 
         def ready() -> float | None:
             arrivals = [(box[0][1], src) for src, box in boxes if box]
@@ -380,10 +522,9 @@ class VirtualGroup(dist.ProcessGroup):
             data, _ = dict(boxes)[src].popleft()
             for t, d in zip(tensors, data):
                 t.copy_(d)
-            chosen.append(src)
+            work.source = src
 
         work = VirtualWork(self.cluster, ready, finish, "receive from any rank")
-        work._source_rank = lambda: chosen[0]  # what Work.source_rank() says after wait()
         return work
 
 
@@ -457,10 +598,12 @@ def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[
     c10d._world = _ThreadWorlds()
     torch._C._distributed_c10d._set_thread_isolation_mode(True)  # C++'s registry of groups by name, per thread
     _active = cluster
+    real_threads = comm.use_threads(_Threads(cluster.scheduler))
     try:
         with torch.autograd.set_multithreading_enabled(False):  # backward on the rank's own thread
             return cluster.scheduler.run(lambda rank: body(rank, cluster))
     finally:
+        comm.use_threads(real_threads)
         _active = None
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
         c10d._world = saved_world

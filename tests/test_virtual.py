@@ -167,3 +167,32 @@ def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmar
     assert summary["clock"] == "simulated" and env["network"]["name"] == "juwels_booster"
     # 3 epochs of 22 batches of 100 ms, plus what the network costs
     assert 6.6 <= summary["wall_s"] < 6.6 * 1.05
+
+
+def _simulate(run_benchmark, out, algorithm, *sets):
+    args = ["--algorithm", algorithm, "--task", "digits", "--nodes", "2", "--procs-per-node", "2", "--out", str(out)]
+    for item in ("wandb=false", "epochs=2", "clock=simulated", *sets):
+        args += ["--set", item]
+    result = run_benchmark(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads((out / "summary.json").read_text()), _rows(out)
+
+
+def test_wait_avoiding_algorithms_run_their_threads_on_the_virtual_clock(tmp_path, run_benchmark):
+    """WAGMA's progress thread and AD-PSGD's gossip thread run as threads of their rank on the virtual
+    clock: with one of the 4 workers delayed 320 ms at each step, allreduce waits for it every step
+    (by hand: 2 epochs x 22 steps x (100 + 320) ms, plus microseconds of all-reduce), the
+    wait-avoiding ones do not; and a threaded run is as deterministic as the others."""
+    straggler = ("straggler=fixed", "straggler_ranks=1", "straggler_delay_ms=320")
+    sync, _ = _simulate(run_benchmark, tmp_path / "allreduce", "allreduce", *straggler)
+    assert sync["wall_s"] == pytest.approx(2 * 22 * 0.420, rel=1e-3)
+    for algorithm in ("wagma", "adpsgd"):
+        summary, rows = _simulate(run_benchmark, tmp_path / algorithm, algorithm, *straggler)
+        assert summary["final_metric"] > 0.5, algorithm  # trained (chance: 0.1)
+        assert summary["wall_s"] < 0.7 * sync["wall_s"], algorithm
+        again, rows_again = _simulate(run_benchmark, tmp_path / f"{algorithm}-again", algorithm, *straggler)
+        assert rows_again == rows, algorithm
+    exchanges = [float(r["exchanges"]) for r in _rows(tmp_path / "adpsgd")]
+    assert exchanges[-1] > exchanges[0] > 0  # the gossip thread exchanged, epoch after epoch
+    stale = [float(r["stale_share"]) for r in _rows(tmp_path / "wagma")]
+    assert all(0 <= s <= 1 for s in stale)
