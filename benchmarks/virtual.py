@@ -56,6 +56,7 @@ class Actor:
     done: bool = False
     rng: torch.Tensor | None = None
     waiting_for: str = ""
+    go: threading.Event = field(default_factory=threading.Event)  # set when it is its turn
 
 
 class Scheduler:
@@ -65,7 +66,6 @@ class Scheduler:
     def __init__(self, world_size: int) -> None:
         self.actors = [Actor(r, r) for r in range(world_size)]
         self.threads: list[threading.Thread] = []
-        self.cond = threading.Condition()
         self.current: Actor | None = None
         self.error: BaseException | None = None
         self.local = threading.local()
@@ -101,12 +101,9 @@ class Scheduler:
         for actor in list(self.actors):
             actor.rng = state.clone()
             self._start(actor, lambda a=actor: results.__setitem__(a.rank, body(a.rank)), f"rank{actor.rank}")
-        with self.cond:
-            self.current = self._next()
-            self.cond.notify_all()
+        self._hand_to(self._next())
         while True:  # the ranks' threads, and those they started
-            with self.cond:
-                running = [t for t in self.threads if t.is_alive()]
+            running = [t for t in self.threads if t.is_alive()]
             if not running:
                 break
             for t in running:
@@ -131,17 +128,10 @@ class Scheduler:
             if world is not None:
                 _ThreadWorlds.local.data = world
             try:
-                with self.cond:
-                    while self.current is not actor and self.error is None:
-                        self.cond.wait()
-                    self._check()
-                torch.set_rng_state(actor.rng)
+                self._await_turn(actor)
                 target()
             except BaseException as error:  # noqa: BLE001 - handed to the caller, and stops every rank
-                with self.cond:
-                    if self.error is None:
-                        self.error = error
-                    self.cond.notify_all()
+                self._fail(error)
             finally:
                 actor.done = True
                 if self.error is None:
@@ -176,28 +166,41 @@ class Scheduler:
 
     def _switch(self, me: Actor) -> None:
         """Hand the machine to the actor whose next event is earliest, and wait for our turn."""
-        with self.cond:
-            nxt = self._next()
-            if nxt is None and not all(a.done for a in self.actors):
-                waits = "; ".join(
-                    f"rank {a.rank}{'' if a.index == a.rank else ' (a thread of it)'}: {a.waiting_for}"
-                    for a in self.actors
-                    if not a.done
-                )
-                self.error = Deadlock(f"every rank of the virtual cluster waits: {waits}")
-                self.cond.notify_all()
-                raise self.error
-            if nxt is me:
-                return
-            me.rng = torch.get_rng_state()
-            self.current = nxt
-            self.cond.notify_all()
-            if me.done:
-                return
-            while self.current is not me and self.error is None:
-                self.cond.wait()
-            self._check()
+        nxt = self._next()
+        if nxt is None and not all(a.done for a in self.actors):
+            waits = "; ".join(
+                f"rank {a.rank}{'' if a.index == a.rank else ' (a thread of it)'}: {a.waiting_for}"
+                for a in self.actors
+                if not a.done
+            )
+            error = Deadlock(f"every rank of the virtual cluster waits: {waits}")
+            self._fail(error)
+            raise error
+        if nxt is me:
+            return
+        me.rng = torch.get_rng_state()
+        self._hand_to(nxt)
+        if not me.done:
+            self._await_turn(me)
+
+    def _hand_to(self, actor: Actor | None) -> None:
+        """Wake ``actor`` alone (one event each: waking every thread at each switch costs O(threads))."""
+        self.current = actor
+        if actor is not None:
+            actor.go.set()
+
+    def _await_turn(self, me: Actor) -> None:
+        me.go.wait()
+        me.go.clear()
+        self._check()
         torch.set_rng_state(me.rng)
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop every thread: each wakes and raises; ``run`` raises ``error``."""
+        if self.error is None:
+            self.error = error
+        for actor in self.actors:
+            actor.go.set()
 
 
 # -- a rank's threads and their locks, on the virtual clock ------------------------------------------
