@@ -39,7 +39,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "straggler": (str, "none"),  # none | fixed | gamma | gamma_het (benchmarks/stragglers.py)
     "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
     "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank; gamma*: mean delay
-    "clock": (str, "wall"),  # wall | simulated (benchmarks/simulator.py: P logical workers, one process)
+    "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
 }
@@ -314,7 +314,13 @@ def listing() -> str:
     lines = ["Algorithms (knobs: --set name=value):"]
     for name in algorithms.names():
         knobs = ", ".join(f"{k}={d!r}" for k, (_, d) in algorithms.params(name).items()) or "-"
-        lines += [f"  {name:<18} {algorithms.describe(name)}", f"  {'':<18} knobs: {knobs}"]
+        simulator = algorithms.get(name).simulator
+        simulated = {"virtual": "the virtual cluster", "arrivals": "the parameter-server simulator"}.get(simulator)
+        lines += [
+            f"  {name:<18} {algorithms.describe(name)}",
+            f"  {'':<18} knobs: {knobs}",
+            f"  {'':<18} clock=simulated: {simulated or 'not yet'}",
+        ]
     lines.append("\nTasks (hyper-parameters: --set name=value):")
     for name in tasks.names():
         t = tasks.get(name)

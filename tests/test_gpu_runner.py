@@ -157,9 +157,9 @@ def test_a_resume_with_loader_workers_replays_the_data_order_and_the_augmentatio
 def test_the_clock_waits_for_the_gpu(monkeypatch):
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
-    run.now(torch.device("cpu"))
+    run.WallClock(torch.device("cpu"))()
     assert synced == []
-    run.now(torch.device("cuda", 1))
+    run.WallClock(torch.device("cuda", 1))()
     assert synced == [torch.device("cuda", 1)]
 
 
