@@ -152,6 +152,10 @@ class WallClock:
         """A batch's forward and backward took their own time."""
 
     sleep = None  # stragglers sleep for real
+    columns = ()  # metrics.csv's columns of the clock's own (the virtual clock's time breakdown)
+
+    def breakdown(self) -> dict[str, float]:
+        return {}
 
     def describe(self) -> dict[str, object]:
         return {}
@@ -238,7 +242,13 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         stateful = dict(model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule, algorithm=algo)
         saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
         resume = saver.restore()
-        record = Recorder(cfg, algo.metric_columns(), writes=master, clock=now.kind, resume=resume and resume["record"])
+        record = Recorder(
+            cfg,
+            [*algo.metric_columns(), *now.columns],
+            writes=master,
+            clock=now.kind,
+            resume=resume and resume["record"],
+        )
         if resume is not None:
             loop = Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
@@ -347,6 +357,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                     "lr": optimizer.param_groups[0]["lr"],
                     "comm_s": None if algo.overlaps_comm else launcher.global_mean(algo.comm_s),
                     **algo.metrics(),
+                    **now.breakdown(),
                     **({"spread": spread} if algo.tracks_spread else {}),
                 }
                 reason = record.record(row)

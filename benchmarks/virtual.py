@@ -56,6 +56,11 @@ class Actor:
     done: bool = False
     rng: torch.Tensor | None = None
     waiting_for: str = ""
+    # where its virtual time went: computing (straggler delays included), in communication (the
+    # modelled cost of what it waited for), idle (waiting for other ranks or its own threads)
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    idle_s: float = 0.0
     go: threading.Event = field(default_factory=threading.Event)  # set when it is its turn
 
 
@@ -81,17 +86,21 @@ class Scheduler:
         """The calling rank computes for ``seconds`` of virtual time; others may run meanwhile."""
         me = self.me()
         me.clock += seconds
+        me.compute_s += seconds
         self._switch(me)
 
-    def wait(self, ready: Callable[[], float | None], what: str) -> None:
-        """Block the calling rank until ``ready()`` gives a time; its clock then moves there."""
+    def wait(self, ready: Callable[[], float | None], what: str) -> float:
+        """Block the calling rank until ``ready()`` gives a time; its clock then moves there. Returns
+        the virtual time it waited (counted idle; a communication's wait moves its cost to comm)."""
         me = self.me()
         if (t := ready()) is not None and t <= me.clock:
-            return
+            return 0.0
         me.ready, me.waiting_for = ready, what
         self._switch(me)
-        me.clock = max(me.clock, ready())
+        before, me.clock = me.clock, max(me.clock, ready())
         me.ready, me.waiting_for = None, ""
+        me.idle_s += me.clock - before
+        return me.clock - before
 
     # -- the threads ----------------------------------------------------------------------------
     def run(self, body: Callable[[int], object]) -> list[object]:
@@ -328,6 +337,7 @@ class _Collective:
     clocks: dict[int, float] = field(default_factory=dict)
     result: object = None
     done_at: float | None = None
+    cost: float = 0.0
 
 
 class Cluster:
@@ -354,10 +364,11 @@ class VirtualWork(dist._Work):
         finish: Callable[[], None],
         what: str,
         tensors: list[torch.Tensor] | None = None,
+        cost: Callable[[], float] = lambda: 0.0,
     ):
         super().__init__()
         self.cluster, self.ready, self.finish, self.what, self.finished = cluster, ready, finish, what, False
-        self.tensors = tensors or []
+        self.tensors, self.cost = tensors or [], cost
         self.source: int | None = None  # a receive from any rank: the group rank it came from
 
     def _source_rank(self) -> int:  # what torch.distributed.recv returns for a receive from any rank
@@ -369,7 +380,11 @@ class VirtualWork(dist._Work):
 
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - a virtual wait has no timeout
         if not self.finished:
-            self.cluster.scheduler.wait(self.ready, self.what)
+            waited = self.cluster.scheduler.wait(self.ready, self.what)
+            me = self.cluster.scheduler.me()
+            comm = min(waited, self.cost())  # the rest of the wait was for the other ranks
+            me.comm_s += comm
+            me.idle_s -= comm
             self.finish()
             self.finished = True
         return True
@@ -412,7 +427,8 @@ class VirtualGroup(dist.ProcessGroup):
         c.clocks[me] = self.cluster.scheduler.now()
         if len(c.inputs) == c.size:
             c.result = combine(c)
-            c.done_at = max(c.clocks.values()) + cost(_nbytes(tensors))
+            c.cost = cost(_nbytes(tensors))
+            c.done_at = max(c.clocks.values()) + c.cost
         return c, key
 
     def _work(self, c: _Collective, key, finish: Callable[[], None], what: str, tensors=None) -> VirtualWork:
@@ -422,7 +438,9 @@ class VirtualGroup(dist.ProcessGroup):
             if not c.inputs:  # every member has its result
                 self.cluster.collectives.pop(key, None)
 
-        return VirtualWork(self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors)
+        return VirtualWork(
+            self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors, lambda: c.cost
+        )
 
     def allreduce(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -491,11 +509,12 @@ class VirtualGroup(dist.ProcessGroup):
         sched, me = self.cluster.scheduler, self.ranks[self.rank()]
         to = self.ranks[dst]
         nbytes = _nbytes(tensors)
-        arrives = sched.now() + self.cluster.network.p2p(me, to, self.cluster.procs_per_node, nbytes)
+        cost = self.cluster.network.p2p(me, to, self.cluster.procs_per_node, nbytes)
+        arrives = sched.now() + cost
         box = self.cluster.mailboxes.setdefault((self.name, self.rank(), dst, tag), deque())
-        box.append(([t.detach().clone() for t in tensors], arrives))
+        box.append(([t.detach().clone() for t in tensors], arrives, cost))
         self.cluster.bytes_sent[me] += nbytes
-        return VirtualWork(self.cluster, lambda: arrives, lambda: None, f"send to {to}")
+        return VirtualWork(self.cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
 
     def recv(self, tensors, src, tag):
         box = self.cluster.mailboxes.setdefault((self.name, src, self.rank(), tag), deque())
@@ -504,11 +523,13 @@ class VirtualGroup(dist.ProcessGroup):
             return box[0][1] if box else None
 
         def finish() -> None:
-            data, _ = box.popleft()
+            data, _, _ = box.popleft()
             for t, d in zip(tensors, data):
                 t.copy_(d)
 
-        return VirtualWork(self.cluster, ready, finish, f"receive from {self.ranks[src]}")
+        return VirtualWork(
+            self.cluster, ready, finish, f"receive from {self.ranks[src]}", cost=lambda: box[0][2] if box else 0.0
+        )
 
     def recv_anysource(self, tensors, tag):
         me = self.rank()
@@ -520,14 +541,19 @@ class VirtualGroup(dist.ProcessGroup):
             arrivals = [(box[0][1], src) for src, box in boxes if box]
             return min(arrivals)[0] if arrivals else None
 
+        def first() -> tuple[float, int]:
+            return min((box[0][1], src) for src, box in boxes if box)
+
         def finish() -> None:
-            _, src = min((box[0][1], src) for src, box in boxes if box)
-            data, _ = dict(boxes)[src].popleft()
+            src = first()[1]
+            data, _, _ = dict(boxes)[src].popleft()
             for t, d in zip(tensors, data):
                 t.copy_(d)
             work.source = src
 
-        work = VirtualWork(self.cluster, ready, finish, "receive from any rank")
+        work = VirtualWork(
+            self.cluster, ready, finish, "receive from any rank", cost=lambda: dict(boxes)[first()[1]][0][2]
+        )
         return work
 
 
@@ -638,18 +664,25 @@ class VirtualClock:
             GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
         )
         self.network = cluster.network
-        self.compute_s = 0.0
+        self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
 
     def __call__(self) -> float:
         return self.scheduler.now()
 
     def compute(self) -> None:
         seconds = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
-        self.compute_s += seconds
         self.scheduler.advance(seconds)
 
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
+
+    columns = ("sim_compute_s", "sim_comm_s", "sim_idle_s")
+
+    def breakdown(self) -> dict[str, float]:
+        """Where this rank's virtual time went since it started (metrics.csv's ``columns``): the
+        run's clock starts after the start-up messages, microseconds here."""
+        a = self.actor
+        return {"sim_compute_s": a.compute_s, "sim_comm_s": a.comm_s, "sim_idle_s": a.idle_s}
 
     def describe(self) -> dict[str, object]:
         net = self.network

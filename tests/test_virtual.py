@@ -184,8 +184,12 @@ def test_wait_avoiding_algorithms_run_their_threads_on_the_virtual_clock(tmp_pat
     (by hand: 2 epochs x 22 steps x (100 + 320) ms, plus microseconds of all-reduce), the
     wait-avoiding ones do not; and a threaded run is as deterministic as the others."""
     straggler = ("straggler=fixed", "straggler_ranks=1", "straggler_delay_ms=320")
-    sync, _ = _simulate(run_benchmark, tmp_path / "allreduce", "allreduce", *straggler)
+    sync, sync_rows = _simulate(run_benchmark, tmp_path / "allreduce", "allreduce", *straggler)
     assert sync["wall_s"] == pytest.approx(2 * 22 * 0.420, rel=1e-3)
+    for row in sync_rows:  # rank 0's time: computing (its delays included), communicating, waiting
+        parts = [float(row[k]) for k in ("sim_compute_s", "sim_comm_s", "sim_idle_s")]
+        assert sum(parts) == pytest.approx(float(row["wall_s"]), rel=1e-4)  # + the start-up messages
+        assert parts[2] > parts[1] > 0  # it waits for the delayed rank far longer than the network takes
     for algorithm in ("wagma", "adpsgd"):
         summary, rows = _simulate(run_benchmark, tmp_path / algorithm, algorithm, *straggler)
         assert summary["final_metric"] > 0.5, algorithm  # trained (chance: 0.1)
