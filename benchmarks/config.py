@@ -41,6 +41,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank; gamma*: mean delay
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
+    "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
 }
 
@@ -289,6 +290,8 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(
                 "--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het"
             )
+        if s["sim_model_mb"] < 0:
+            raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s['sim_model_mb']}")
         if s["sim_step_ms"] <= 0:
             raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
         if s["sim_network"] not in cluster.PRESETS:

@@ -157,6 +157,9 @@ class WallClock:
     def breakdown(self) -> dict[str, float]:
         return {}
 
+    def size_messages(self, model: torch.nn.Module) -> None:
+        """Real messages have their real size."""
+
     def describe(self) -> dict[str, object]:
         return {}
 
@@ -204,6 +207,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
         torch.manual_seed(cfg.seed)  # same initial model on every rank
         model = task.make_model().to(device)
+        now.size_messages(model)  # the virtual cluster may charge a paper's model size on the wire
         # Every rank has its data and model before the first collective of the default group (the
         # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
         patience = datetime.timedelta(seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"]))

@@ -348,7 +348,10 @@ class Cluster:
         self.scheduler = Scheduler(world_size)
         self.collectives: dict[tuple[str, int], _Collective] = {}
         self.mailboxes: dict[tuple[str, int, int, int], deque[tuple[torch.Tensor, float]]] = {}
-        self.bytes_sent = [0] * world_size
+        self.bytes_sent = [0.0] * world_size
+        # Messages are charged as if they were this many times larger: a paper's model on the wire
+        # (``sim_model_mb``) while the embedded task's small model computes the numbers.
+        self.byte_scale = 1.0
 
     def store(self) -> dist.Store:
         return dist.HashStore()
@@ -427,7 +430,7 @@ class VirtualGroup(dist.ProcessGroup):
         c.clocks[me] = self.cluster.scheduler.now()
         if len(c.inputs) == c.size:
             c.result = combine(c)
-            c.cost = cost(_nbytes(tensors))
+            c.cost = cost(_nbytes(tensors) * self.cluster.byte_scale)
             c.done_at = max(c.clocks.values()) + c.cost
         return c, key
 
@@ -508,7 +511,7 @@ class VirtualGroup(dist.ProcessGroup):
     def send(self, tensors, dst, tag):
         sched, me = self.cluster.scheduler, self.ranks[self.rank()]
         to = self.ranks[dst]
-        nbytes = _nbytes(tensors)
+        nbytes = _nbytes(tensors) * self.cluster.byte_scale
         cost = self.cluster.network.p2p(me, to, self.cluster.procs_per_node, nbytes)
         arrives = sched.now() + cost
         box = self.cluster.mailboxes.setdefault((self.name, self.rank(), dst, tag), deque())
@@ -663,8 +666,9 @@ class VirtualClock:
         self.times = (
             GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
         )
-        self.network = cluster.network
+        self.network, self.cluster = cluster.network, cluster
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
+        self.model_mb = s["sim_model_mb"]
 
     def __call__(self) -> float:
         return self.scheduler.now()
@@ -675,6 +679,12 @@ class VirtualClock:
 
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
+
+    def size_messages(self, model: torch.nn.Module) -> None:
+        """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters."""
+        if self.model_mb > 0:
+            own = sum(p.numel() * p.element_size() for p in model.parameters())
+            self.cluster.byte_scale = self.model_mb * 1e6 / own
 
     columns = ("sim_compute_s", "sim_comm_s", "sim_idle_s")
 
@@ -695,6 +705,8 @@ class VirtualClock:
                 "sources": net.sources,
             },
             "sim_step_ms": self.step_s * 1000.0,
+            "sim_model_mb": self.model_mb,
+            "message_scale": self.cluster.byte_scale,
         }
 
 
