@@ -61,6 +61,18 @@ def test_all_reduce_is_exact_and_ends_at_the_last_arrival_plus_the_ring():
         assert total == 10.0 and clock == pytest.approx(0.004 + ring)
 
 
+def test_messages_can_be_charged_as_a_larger_models():
+    """``sim_model_mb``: the digits CNN computes, ResNet-50's bytes are charged on the wire."""
+
+    def body(rank, cl):
+        cl.byte_scale = 250.0
+        virtual.init_process_group(rank, cl)
+        dist.all_reduce(torch.ones(1000))
+        return cl.scheduler.now()
+
+    assert virtual.run(2, 1, NET, body) == [pytest.approx(NET.ring_allreduce([0, 1], 1, 4000 * 250.0))] * 2
+
+
 def test_messages_arrive_in_virtual_time_not_in_thread_order():
     """Rank 1 sends late in virtual time but runs first on the machine; rank 2 sends early. A receive
     from any rank takes rank 2's message first, as on a real network."""
