@@ -347,14 +347,11 @@ class Cluster:
         self.world_size, self.procs_per_node, self.network = world_size, procs_per_node, network
         self.scheduler = Scheduler(world_size)
         self.collectives: dict[tuple[str, int], _Collective] = {}
-        self.mailboxes: dict[tuple[str, int, int, int], deque[tuple[torch.Tensor, float]]] = {}
-        self.bytes_sent = [0.0] * world_size
+        # (group, source, destination, tag) -> messages in flight: (tensors, arrival time, cost)
+        self.mailboxes: dict[tuple[str, int, int, int], deque[tuple[list[torch.Tensor], float, float]]] = {}
         # Messages are charged as if they were this many times larger: a paper's model on the wire
         # (``sim_model_mb``) while the embedded task's small model computes the numbers.
         self.byte_scale = 1.0
-
-    def store(self) -> dist.Store:
-        return dist.HashStore()
 
 
 class VirtualWork(dist._Work):
@@ -516,7 +513,6 @@ class VirtualGroup(dist.ProcessGroup):
         arrives = sched.now() + cost
         box = self.cluster.mailboxes.setdefault((self.name, self.rank(), dst, tag), deque())
         box.append(([t.detach().clone() for t in tensors], arrives, cost))
-        self.cluster.bytes_sent[me] += nbytes
         return VirtualWork(self.cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
 
     def recv(self, tensors, src, tag):
@@ -642,7 +638,8 @@ def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[
 
 
 def init_process_group(rank: int, cluster: Cluster) -> None:
-    """This thread's default group: the whole virtual cluster."""
+    """This thread's default group: the whole virtual cluster (what ``launcher.init_process_group``
+    does for the runner's ranks; for code that runs on ``run()`` directly, as the tests)."""
     dist.init_process_group(BACKEND, rank=rank, world_size=cluster.world_size, store=dist.HashStore())
 
 
