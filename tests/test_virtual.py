@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import algorithms
 from benchmarks import cluster, virtual
 
 NET = cluster.Network(
@@ -213,3 +214,18 @@ def test_wait_avoiding_algorithms_run_their_threads_on_the_virtual_clock(tmp_pat
     assert exchanges[-1] > exchanges[0] > 0  # the gossip thread exchanged, epoch after epoch
     stale = [float(r["stale_share"]) for r in _rows(tmp_path / "wagma")]
     assert all(0 <= s <= 1 for s in stale)
+
+
+SIMULATED = [name for name in algorithms.names() if algorithms.get(name).simulator]
+
+
+@pytest.mark.parametrize("algorithm", SIMULATED)
+def test_every_simulated_algorithm_runs_16_nodes_of_4(tmp_path, run_benchmark, algorithm):
+    """64 workers in one process (digits: one step an epoch at batch 16 x 64)."""
+    out = tmp_path / algorithm
+    args = ["--algorithm", algorithm, "--task", "digits", "--nodes", "16", "--procs-per-node", "4"]
+    args += ["--out", str(out), "--set", "clock=simulated", "--set", "wandb=false", "--set", "epochs=1"]
+    result = run_benchmark(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["clock"] == "simulated" and summary["steps"] > 0
