@@ -52,26 +52,7 @@ FILES = {
     "figures": "figures/*.png",
     "report": "report.html",
 }
-METADATA_FIELDS = [
-    "python",
-    "torch",
-    "torchvision",
-    "numpy",
-    "wandb",
-    "mpi4py",
-    "horovod",
-    "git_commit",
-    "git_dirty",
-    "hosts",
-    "backend",
-    "launcher",
-    "slurm_job_id",
-    "device",
-    "cuda",
-    "nccl",
-    "platform",
-    "clock",
-]
+METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock"]  # the run metadata table: environment, then clock
 SECTIONS = [
     "Summary",
     "Performance profile",

@@ -22,6 +22,7 @@ follows the way PyTorch's own multi-threaded test process group does it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections import deque
@@ -144,10 +145,10 @@ class Scheduler:
             finally:
                 actor.done = True
                 if self.error is None:
-                    try:
-                        self._switch(actor)  # hand the machine on
-                    except Deadlock:  # the threads left wait for nothing that comes: recorded, they stop
-                        pass
+                    # Hand the machine on. A deadlock among the threads left is recorded by _switch,
+                    # which wakes them to raise it; this thread, already done, has nothing to add.
+                    with contextlib.suppress(Deadlock):
+                        self._switch(actor)
 
         thread = threading.Thread(target=main, name=name, daemon=True)
         self.threads.append(thread)
@@ -458,8 +459,8 @@ class VirtualGroup(dist.ProcessGroup):
                     out.append(stack.min(0).values)
                 elif op == dist.ReduceOp.AVG:
                     out.append(stack.mean(0))
-                else:
-                    raise NotImplementedError(f"virtual all-reduce: reduce op {op} is not supported")
+                else:  # no algorithm of the suite uses another; a new one gets told which exist
+                    raise ValueError(f"the virtual cluster's all-reduce takes SUM, AVG, MAX or MIN, got {op}")
             return out
 
         c, key = self._collective(tensors, lambda n: net.ring_allreduce(self.ranks, ppn, n), combine, "all_reduce")
@@ -581,8 +582,9 @@ class _ThreadWorlds(c10d._World):
             )
         return data
 
-    def __init__(self) -> None:  # no per-process state of its own
-        pass
+    def __init__(self) -> None:
+        """Nothing per process: ``_World.__init__`` would set the per-process attributes that the
+        properties below replace with each thread's own."""
 
 
 def _property(name: str, settable: bool = False) -> property:

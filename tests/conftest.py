@@ -36,16 +36,16 @@ def _called_names(function: ast.AST) -> set[str]:
 def _starts_processes(module: ast.Module, name: str) -> bool:
     """Whether function ``name`` of ``module``, or a module function it calls, starts processes."""
     functions = {node.name: node for node in module.body if isinstance(node, ast.FunctionDef)}
-    seen, todo = set(), [name]
-    while todo:
-        current = todo.pop()
+    seen, pending = set(), [name]  # a depth-first walk of the module's call graph
+    while pending:
+        current = pending.pop()
         if current in seen or current not in functions:
             continue
         seen.add(current)
         called = _called_names(functions[current])
         if called & set(STARTS_PROCESSES):
             return True
-        todo.extend(called)
+        pending.extend(called)
     return False
 
 

@@ -229,3 +229,12 @@ def test_every_simulated_algorithm_runs_16_nodes_of_4(tmp_path, run_benchmark, a
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["clock"] == "simulated" and summary["steps"] > 0
+
+
+def test_an_all_reduce_op_the_virtual_cluster_lacks_is_named():
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PRODUCT)
+
+    with pytest.raises(ValueError, match="SUM, AVG, MAX or MIN"):
+        virtual.run(2, 1, NET, body)
