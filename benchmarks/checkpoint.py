@@ -228,7 +228,10 @@ class StopRequest:
     Args:
         every: steps between two flag all-reduces (default 8).
         signals: whether to install the handlers (only a process's main thread can; the virtual
-            cluster's ranks are threads, and a signal stops the simulation as a whole).
+            cluster's ranks are threads, and a signal stops the simulation as a whole). Without
+            them no rank can be asked to stop, so ``agreed`` says no without asking the others: its
+            flag all-reduce would make a wait-avoiding rank wait for the slowest every ``every``
+            steps, a wait that only the harness would have put there.
     """
 
     def __init__(self, every: int = 8, signals: bool = True) -> None:
@@ -238,6 +241,7 @@ class StopRequest:
         self.group: dist.ProcessGroup | None = None
         self.signal: int | None = None
         self.in_flight: deque[tuple[dist.Work, torch.Tensor]] = deque()
+        self.listens = signals
         self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS} if signals else {}
 
     def _handle(self, signum: int, _frame: object) -> None:
@@ -253,6 +257,8 @@ class StopRequest:
 
     def agreed(self, drain: bool = False) -> bool:
         """Whether the ranks agree to stop now (the same answer on every rank at the same call)."""
+        if not self.listens:
+            return False
         self.calls += 1
         if not drain and self.calls % self.every:
             return False

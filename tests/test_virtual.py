@@ -238,3 +238,14 @@ def test_an_all_reduce_op_the_virtual_cluster_lacks_is_named():
 
     with pytest.raises(ValueError, match="SUM, AVG, MAX or MIN"):
         virtual.run(2, 1, NET, body)
+
+
+def test_a_run_that_cannot_be_signalled_never_asks_the_others_to_agree_on_stopping():
+    """On the virtual cluster no signal can reach a rank: the stop flag's all-reduce, every 8 steps,
+    would only make wait-avoiding ranks wait for the slowest. No process group exists here, so any
+    communication would raise."""
+    from benchmarks.checkpoint import StopRequest
+
+    stop = StopRequest(signals=False)
+    assert not any(stop.agreed() for _ in range(20)) and not stop.agreed(drain=True)
+    stop.close()
