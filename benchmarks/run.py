@@ -239,6 +239,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         milestones = tuple(h["milestones"]) if h["schedule"] == "step" else ()
         plan = algorithms.Plan(steps_per_epoch, h["epochs"], milestones, h["warmup_epochs"], cfg.seed)
         train_model = algo.prepare(model, optimizer, plan)
+        if in_virtual:  # DDP's all-reduce overlaps backward on the virtual clock as on a GPU
+            now.overlap_backward(train_model)
         torch.manual_seed(cfg.seed * 1000 + topo.rank)  # per-rank randomness (dropout, augmentation)
         stop.connect(control)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,9 @@ from benchmarks.launcher import Launch
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 
 BACKEND = "virtual"
+# The forward pass's share of a batch's compute; backward costs about twice the forward (two matrix
+# products per layer against one: Kaplan et al., "Scaling Laws for Neural Language Models", 2020, Sec. 2.1).
+FORWARD_SHARE = 1.0 / 3.0
 
 
 class Deadlock(RuntimeError):
@@ -668,13 +672,62 @@ class VirtualClock:
         self.network, self.cluster = cluster.network, cluster
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
         self.model_mb = s["sim_model_mb"]
+        self._batch_s: float | None = None  # this batch's compute time, once drawn
+        self._charged_s = 0.0  # the part of it charged so far
 
     def __call__(self) -> float:
         return self.scheduler.now()
 
-    def compute(self) -> None:
-        seconds = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
-        self.scheduler.advance(seconds)
+    def compute(self, until: float | None = None) -> None:
+        """Charge the batch's compute time: all of it that is left (the runner, after backward), or up
+        to the fraction ``until`` of it (DDP's buckets during backward, ``overlap_backward``)."""
+        if self._batch_s is None:
+            self._batch_s = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
+        target = self._batch_s * (1.0 if until is None else min(until, 1.0))
+        self.scheduler.advance(max(target - self._charged_s, 0.0))
+        self._charged_s = max(target, self._charged_s)
+        if until is None:
+            self._batch_s, self._charged_s = None, 0.0
+
+    def overlap_backward(self, module: torch.nn.Module) -> None:
+        """Overlap DDP's bucketed all-reduce with backward on the virtual clock, as on a real GPU.
+
+        ``module`` is what the algorithm's ``prepare`` returned; only a ``DistributedDataParallel`` is
+        touched (DDP, and DASO inside a node). Its buckets are all-reduced with PyTorch's default
+        rule (divide by the group's size, sum), each started at the virtual time its gradients are
+        ready: the forward pass costs ``FORWARD_SHARE`` of the batch's compute, and backward produces
+        the gradients at a steady rate per parameter, in DDP's bucket order. With ``sim_model_mb``
+        a bucket is split as the paper's model would be (DDP's ``bucket_cap_mb`` of that model's
+        bytes), so a small embedded model overlaps as much as the large one it stands for. The
+        last bucket waits for every all-reduce in flight, on the virtual clock, before DDP reads
+        them (a future waited on in C++ could not hand the machine to another rank).
+        """
+        if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            return
+        total = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        cap, clock = module.bucket_bytes_cap, self
+        state = {"done": 0, "pending": []}
+
+        def hook(group, bucket):  # no annotations: DDP checks them, and this module's are strings
+            flat = bucket.buffer()
+            flat.div_(group.size())
+            scaled = flat.numel() * flat.element_size() * clock.cluster.byte_scale
+            works = []
+            for chunk in flat.chunk(max(1, math.ceil(scaled / cap))):
+                state["done"] += chunk.numel()
+                clock.compute(FORWARD_SHARE + (1.0 - FORWARD_SHARE) * min(state["done"] / total, 1.0))
+                works.append(dist.all_reduce(chunk, group=group, async_op=True))
+            future = torch.futures.Future()
+            state["pending"].append((works, future, flat))
+            if bucket.is_last():
+                for works, fut, result in state["pending"]:
+                    for work in works:
+                        work.wait()
+                    fut.set_result(result)
+                state["done"], state["pending"] = 0, []
+            return future
+
+        module.register_comm_hook(module.process_group, hook)
 
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)

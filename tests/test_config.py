@@ -220,14 +220,14 @@ def test_scale_lr_counts_the_gradients_one_update_averages(tmp_path):
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8])
-def test_dana_local_matrix_gives_the_synchronous_reference_the_large_batch_lr(tmp_path, nodes):
-    """config/dana-local.yaml, resolved as the Snakefile does: allreduce averages N gradients per update
+def test_dana_sim_matrix_gives_the_synchronous_reference_the_large_batch_lr(tmp_path, nodes):
+    """config/dana-sim.yaml, resolved as the Snakefile does: allreduce averages N gradients per update
     and gets Goyal's lr 0.02 x N (warm-up from 0.02); every parameter-server algorithm gets 0.02."""
     import yaml
 
     root = Path(__file__).resolve().parent.parent
-    matrices = config.matrices(yaml.safe_load((root / "config/dana-local.yaml").read_text()))
-    (m,) = [m for m in matrices if m["suite"] == "dana-local"]
+    matrices = config.matrices(yaml.safe_load((root / "config/dana-sim.yaml").read_text()))
+    (m,) = [m for m in matrices if m["suite"] == "dana-sim"]
     workers = nodes * m["procs_per_node"]
     assert "allreduce" in m["algorithms"] and len(m["algorithms"]) > 1
     for algorithm in m["algorithms"]:

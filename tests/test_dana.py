@@ -383,31 +383,31 @@ def test_dana_dc_default_anchor_is_algorithm_7_as_printed():
     assert master.anchor == ar.make_master("dana_dc", theta, 2, M).anchor == "sent"  # the default, both ways
 
 
-def dana_local_sets(algorithm: str) -> list[str]:
-    """The ``--set`` items config/dana-local.yaml gives ``algorithm``'s runs, as the Snakefile builds them."""
+def dana_sim_sets(algorithm: str) -> list[str]:
+    """The ``--set`` items config/dana-sim.yaml gives ``algorithm``'s runs, as the Snakefile builds them."""
     import yaml
 
     from benchmarks import config
 
     (m,) = [
         m
-        for m in config.matrices(yaml.safe_load((ROOT / "config/dana-local.yaml").read_text()))
-        if m["suite"] == "dana-local"
+        for m in config.matrices(yaml.safe_load((ROOT / "config/dana-sim.yaml").read_text()))
+        if m["suite"] == "dana-sim"
     ]
     items = config.overrides_for(algorithm, "digits", m["overrides"])
     return [arg for item in items for arg in ("--set", item)]
 
 
-def test_simulated_reference_of_dana_local_takes_the_large_batch_lr(tmp_path):
-    """dana-local's synchronous reference at 8 workers averages 8 gradients per update: after its warm-up
+def test_simulated_reference_of_dana_sim_takes_the_large_batch_lr(tmp_path):
+    """dana-sim's synchronous reference at 8 workers averages 8 gradients per update: after its warm-up
     from 0.02 it logs lr 0.02 x 8 and, with 8 times fewer updates than a parameter server, beats the same
     run at the single-worker lr. (The parameter servers' 0.02 is checked in tests/test_config.py.)"""
     short = ["--set", "epochs=3", "--set", "warmup_epochs=1"]  # a cosine over 3 epochs: 11 updates each
-    summary, rows = simulate(tmp_path, "allreduce", 8, *dana_local_sets("allreduce"), *short)
+    summary, rows = simulate(tmp_path, "allreduce", 8, *dana_sim_sets("allreduce"), *short)
     config_json = json.loads((tmp_path / "allreduce" / "config.json").read_text())
     assert config_json["hparams"]["lr"] == pytest.approx(0.16) and config_json["settings"]["scale_lr"] is True
     assert float(rows[0]["lr"]) == pytest.approx(0.16)  # end of the warm-up: the next update's lr is the peak
     plain, _ = simulate(
-        tmp_path / "plain", "allreduce", 8, *dana_local_sets("allreduce"), *short, "--set", "scale_lr=false"
+        tmp_path / "plain", "allreduce", 8, *dana_sim_sets("allreduce"), *short, "--set", "scale_lr=false"
     )
     assert summary["final_metric"] > plain["final_metric"] + 0.2  # seed 3: 0.92 against 0.44

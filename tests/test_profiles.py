@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "profiles"))
 import sbatch_preview  # noqa: E402
 
-NOT_PAPERS = {"config.yaml", "mnist1d.yaml", "dana-local.yaml", "ci-slurm.yaml", "schema.yaml"}
+NOT_PAPERS = {"config.yaml", "mnist1d.yaml", "dana-sim.yaml", "ci-slurm.yaml", "schema.yaml"}
 PAPERS = sorted(p.name for p in (ROOT / "config").glob("*.yaml") if p.name not in NOT_PAPERS)
 
 
