@@ -50,12 +50,14 @@ FILES = {
     "papers": "tables/papers.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
+    "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
     "report": "report.html",
 }
 METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock"]  # the run metadata table: environment, then clock
 SECTIONS = [
     "Summary",
     "Performance profile",
+    "Virtual cluster against this machine",
     "Paper vs this suite",
     "Runs that did not converge or failed",
     "Run metadata",
@@ -301,6 +303,35 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
+def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per algorithm, from ``benchmarks/calibrate.py``'s rows (one per seed): the median measured and
+    predicted times to target over the seeds where both reached it, and the prediction's error
+    (predicted / measured - 1)."""
+    both = rows.dropna(subset=["measured_s", "predicted_s"])
+    out = both.groupby("algorithm", sort=False)[["measured_s", "predicted_s"]].median()
+    out["error"] = out["predicted_s"] / out["measured_s"] - 1.0
+    out["seeds"] = both.groupby("algorithm", sort=False).size()
+    return out.reindex(rows["algorithm"].unique()).reset_index()
+
+
+def _calibration(path: Path) -> dict | None:
+    """The virtual cluster's predictions beside the measured times (``benchmarks/calibrate.py``'s
+    files), or None where the calibration was not run."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    shown = calibration_summary(pd.read_csv(path))
+    shown["error"] = shown["error"].map(lambda e: None if pd.isna(e) else f"{e:+.0%}")
+    for column in ("measured_s", "predicted_s"):
+        shown[column] = shown[column].map(lambda v: None if pd.isna(v) else f"{v:.2f}")
+    shown["seeds"] = shown["seeds"].fillna(0).astype(int)
+    shown.columns = ["algorithm", "measured (s, wall clock)", "predicted (s, simulated)", "error", "seeds"]
+    figure = path.with_name("calibration.png")
+    data = base64.b64encode(figure.read_bytes()).decode("ascii") if figure.is_file() else None
+    caption = "Predicted against measured time to target, one point per seed; the band is ±25 %"
+    return {"table": cells(shown), "figure": {"caption": caption, "data": data} if data else None}
+
+
 def render(files: dict) -> Path:
     """Render ``files["report"]`` from the tables and figures named in ``files``; return its path."""
     runs, curves = aggregate.read_runs(files["runs"]), aggregate.read_curves(files["curves"])
@@ -344,6 +375,7 @@ def render(files: dict) -> Path:
             for key, meta in papers.load_meta(files["papers_yaml"]).items()
         ],
         dana=_dana(dana.comparison(runs, curves)),
+        calibration=_calibration(files["calibration"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
         metadata=cells(metadata_table(runs)),
     )

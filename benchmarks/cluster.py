@@ -18,8 +18,11 @@ The presets give each number with its source. Bandwidths are per direction, per 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -138,3 +141,27 @@ PRESETS: dict[str, Network] = {
         },
     ),
 }
+
+
+def network(spec: str) -> Network:
+    """The network ``sim_network`` names: a preset, or a JSON file of a ``Network`` (``save``; the
+    calibration writes this machine's, ``python -m benchmarks.calibrate``; a user can write their
+    own cluster's)."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(
+            f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file "
+            "with name, intra and inter ({latency_s, bandwidth_bps}) and sources"
+        )
+    try:
+        d = json.loads(path.read_text())
+        return Network(d["name"], Link(**d["intra"]), Link(**d["inter"]), dict(d.get("sources", {})))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"network file {spec}: {error!r}; expected name, intra, inter, sources") from None
+
+
+def save(net: Network, path: Path) -> None:
+    """Write ``net`` as the JSON file that ``network`` reads."""
+    path.write_text(json.dumps(dataclasses.asdict(net), indent=2) + "\n")

@@ -294,10 +294,10 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s['sim_model_mb']}")
         if s["sim_step_ms"] <= 0:
             raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
-        if s["sim_network"] not in cluster.PRESETS:
-            raise ConfigError(
-                f"--set sim_network: unknown network {s['sim_network']!r}; choose one of {', '.join(cluster.PRESETS)}"
-            )
+        try:
+            cluster.network(s["sim_network"])
+        except ValueError as error:
+            raise ConfigError(f"--set sim_network: {error}") from None
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
     if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= workers:

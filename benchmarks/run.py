@@ -151,6 +151,9 @@ class WallClock:
     def compute(self) -> None:
         """A batch's forward and backward took their own time."""
 
+    def evaluate(self, batches: float) -> None:
+        """An evaluation takes its own time."""
+
     sleep = None  # stragglers sleep for real
     columns = ()  # metrics.csv's columns of the clock's own (the virtual clock's time breakdown)
 
@@ -351,6 +354,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                     group["lr"] = base * schedule(loop.step)
             if evaluation_due(epoch, h, train_loss):
                 spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
+                now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
                 val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
                 row = {
                     "epoch": epoch + 1,

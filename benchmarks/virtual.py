@@ -35,7 +35,8 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms import comm
-from benchmarks.cluster import PRESETS, Network
+from benchmarks import cluster
+from benchmarks.cluster import Network
 from benchmarks.launcher import Launch
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 
@@ -732,6 +733,12 @@ class VirtualClock:
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
 
+    def evaluate(self, batches: float) -> None:
+        """Charge an evaluation of ``batches`` training batches' worth of samples: their forward
+        passes, ``FORWARD_SHARE`` of a batch's mean compute each (the clock counts evaluation, as
+        MLPerf's and as the wall clock does)."""
+        self.scheduler.advance(FORWARD_SHARE * self.step_s * batches)
+
     def size_messages(self, model: torch.nn.Module) -> None:
         """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters."""
         if self.model_mb > 0:
@@ -765,7 +772,7 @@ class VirtualClock:
 def run_job(cfg, train: Callable) -> int:
     """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
     return the job's exit code (the first failing rank's, else 0)."""
-    network = PRESETS[cfg.settings["sim_network"]]
+    network = cluster.network(cfg.settings["sim_network"])
 
     def rank_main(rank: int, cluster: Cluster) -> int:
         launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)

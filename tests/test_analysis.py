@@ -550,3 +550,24 @@ def test_shipped_paper_numbers_have_their_source() -> None:
     wagma = next(p for p in loaded if p.key == "wagma").numbers
     row = wagma[(wagma["baseline"] == "allreduce") & (wagma["quantity"] == "speedup")]
     assert row["value"].tolist() == [1.63] and row["source"].str.startswith("Fig. 5").all()
+
+
+def test_calibration_errors_are_medians_over_the_seeds_that_reached_the_target(tmp_path: Path) -> None:
+    rows = pd.DataFrame(
+        {
+            "algorithm": ["ddp", "ddp", "ddp", "wagma", "wagma", "sgp"],
+            "seed": [0, 1, 2, 0, 1, 0],
+            "measured_s": [1.0, 2.0, 4.0, 2.0, None, None],
+            "predicted_s": [1.2, 2.2, 3.0, 1.0, 1.5, 1.0],
+        }
+    )
+    out = report.calibration_summary(rows).set_index("algorithm")
+    # ddp: medians 2.0 measured, 2.2 predicted: +10 %; wagma: its one complete seed, 1.0 / 2.0 - 1
+    assert out.loc["ddp", "measured_s"] == 2.0 and out.loc["ddp", "predicted_s"] == pytest.approx(2.2)
+    assert out.loc["ddp", "error"] == pytest.approx(0.1) and out.loc["ddp", "seeds"] == 3
+    assert out.loc["wagma", "error"] == pytest.approx(-0.5) and out.loc["wagma", "seeds"] == 1
+    assert math.isnan(out.loc["sgp", "error"])  # no seed reached the target on both clocks
+    rows.to_csv(tmp_path / "calibration.csv", index=False)
+    shown = report._calibration(tmp_path / "calibration.csv")
+    assert shown["figure"] is None and shown["table"]["rows"][0] == ["ddp", "2.00", "2.20", "+10%", "3"]
+    assert shown["table"]["rows"][2] == ["sgp", "", "", "", "0"] and report._calibration(tmp_path / "absent.csv") is None

@@ -194,8 +194,10 @@ def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmar
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     env = json.loads((tmp_path / "sim" / "env.json").read_text())
     assert summary["clock"] == "simulated" and env["network"]["name"] == "juwels_booster"
-    # epochs of 22 batches of 100 ms, plus what the network costs
-    assert epochs * 2.2 <= summary["wall_s"] < epochs * 2.2 * 1.05
+    # epochs of 22 batches of 100 ms and an evaluation of 90 samples a rank (5.6 batches of 16, forward
+    # only: a third of 100 ms each), plus what the network costs
+    by_hand = epochs * (2.2 + 90 / 16 * 0.1 / 3)
+    assert by_hand <= summary["wall_s"] < by_hand * 1.05
 
 
 def _simulate(run_benchmark, out, algorithm, *sets):
@@ -210,11 +212,11 @@ def _simulate(run_benchmark, out, algorithm, *sets):
 def test_wait_avoiding_algorithms_run_their_threads_on_the_virtual_clock(tmp_path, run_benchmark):
     """WAGMA's progress thread and AD-PSGD's gossip thread run as threads of their rank on the virtual
     clock: with one of the 4 workers delayed 320 ms at each step, allreduce waits for it every step
-    (by hand: 2 epochs x 22 steps x (100 + 320) ms, plus microseconds of all-reduce), the
+    (by hand: 2 epochs x 22 steps x (100 + 320) ms and 2 evaluations, plus microseconds of all-reduce), the
     wait-avoiding ones do not; and a threaded run is as deterministic as the others."""
     straggler = ("straggler=fixed", "straggler_ranks=1", "straggler_delay_ms=320")
     sync, sync_rows = _simulate(run_benchmark, tmp_path / "allreduce", "allreduce", *straggler)
-    assert sync["wall_s"] == pytest.approx(2 * 22 * 0.420, rel=1e-3)
+    assert sync["wall_s"] == pytest.approx(2 * (22 * 0.420 + 90 / 16 * 0.1 / 3), rel=1e-3)  # + 2 evaluations
     for row in sync_rows:  # rank 0's time: computing (its delays included), communicating, waiting
         parts = [float(row[k]) for k in ("sim_compute_s", "sim_comm_s", "sim_idle_s")]
         assert sum(parts) == pytest.approx(float(row["wall_s"]), rel=1e-4)  # + the start-up messages
@@ -287,3 +289,24 @@ def test_ddp_overlaps_its_all_reduce_with_backward_as_on_a_gpu(tmp_path, run_ben
     assert steps == runs["allreduce"]["steps"] > 10
     saved = (runs["allreduce"]["wall_s"] - runs["ddp"]["wall_s"]) / steps
     assert saved == pytest.approx(0.009, rel=0.03)
+
+
+def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
+    """calibrate's fit recovers the link that made the times; a network file names a run's links,
+    and a bad one is refused before the run starts, naming what it expected."""
+    from benchmarks import calibrate
+    from benchmarks import config as run_config
+
+    truth = cluster.Network("made", cluster.Link(0, 1), cluster.Link(2e-4, 1.5e9))
+    sizes = [256, 4096, 65536, 1 << 20, 1 << 22]
+    times = [truth.ring_allreduce(range(4), 1, n) for n in sizes]
+    fitted = calibrate.fit_ring(sizes, times, 4)
+    assert fitted.latency_s == pytest.approx(2e-4) and fitted.bandwidth_bps == pytest.approx(1.5e9)
+    cluster.save(cluster.Network("here", fitted, fitted, {"inter": "made by hand"}), tmp_path / "net.json")
+    assert cluster.network(str(tmp_path / "net.json")).inter == fitted
+    (tmp_path / "bad.json").write_text('{"name": "x", "intra": {"latency_s": 1}}')
+    for spec, message in (("bad.json", "expected name, intra, inter"), ("nowhere", "choose one of juwels_booster")):
+        with pytest.raises(run_config.ConfigError, match=message):
+            sets = ["clock=simulated", f"sim_network={tmp_path / spec}"]
+            run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
+    assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", [f"sim_network={tmp_path / 'net.json'}"])

@@ -1,0 +1,221 @@
+"""Calibration: the virtual cluster's time to target for the embedded runs, beside the measured one.
+
+    python -m benchmarks.calibrate [--algorithms ddp allreduce ...] [--seeds 0 1 2] [--out results/calibration]
+
+The virtual cluster is only as good as its time model. Here it is given this machine's numbers and
+asked to predict what the real runs of the embedded default (digits, 2 nodes x 2 processes, its
+``config/config.yaml`` settings) measure:
+
+1. the network: gloo all-reduces among 4 processes of this machine, 256 B to 4 MB, each rank
+   computing a batch between two of them as in training, fitted to the ring model's
+   ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares the loopback), and written as
+   ``network.json``, which ``--set sim_network=`` reads;
+2. a batch's compute: the runner's training step with no communication, 4 single-process runs at
+   once, as the real run's 4 ranks share the cores (``sim_step_ms``);
+3. each algorithm's real run and its simulated twin (same seed, same settings, the two numbers above):
+   time to target from both summaries.
+
+It writes ``calibration.csv`` (one row per algorithm and seed), ``calibration.json`` (the measured
+link and batch time) and ``calibration.png`` (predicted against measured, with the 25 % band), and
+prints the error per algorithm. ``analysis/report.py`` shows them where present. The parameter-server
+family is not predicted: its arrival model charges no evaluation, and its real runs' master is a
+process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import yaml
+
+from analysis.report import calibration_summary
+from benchmarks import cluster, config, run, tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+RANKS, NODES, PPN = 4, 2, 2
+SIZES = [2**k for k in range(6, 21, 2)]  # float32 elements: 256 B to 4 MB
+PREDICTED = ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "wagma", "adpsgd"]
+
+
+def _init(rank: int, store: str) -> None:
+    torch.set_num_threads(tasks.cpu_share(RANKS))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=RANKS)
+
+
+def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
+    """Each rank computes a batch of the task between two all-reduces, as in training: on a machine
+    whose cores the ranks share, a collective also waits for the others' compute to be scheduled."""
+    _init(rank, store)
+    task = tasks.get("digits")
+    model = task.make_model()
+    train_set, _ = task.make_datasets(None)
+    x_batch = torch.stack([train_set[i][0] for i in range(task.hparams["batch_size"])])
+    times = []
+    for n in SIZES:
+        x = torch.ones(n)
+        for _ in range(3):
+            dist.all_reduce(x)
+        samples = []
+        for _ in range(reps):
+            model(x_batch).sum().backward()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            samples.append(time.perf_counter() - start)
+        times.append(statistics.mean(samples))
+    if rank == 0:
+        Path(result).write_text(json.dumps(times))
+    dist.destroy_process_group()
+
+
+def _spawn(fn, *args) -> object:
+    with tempfile.TemporaryDirectory() as tmp:
+        store, result = os.path.join(tmp, "store"), os.path.join(tmp, "result.json")
+        mp.start_processes(fn, args=(store, result, *args), nprocs=RANKS, start_method="fork")
+        return json.loads(Path(result).read_text())
+
+
+def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> cluster.Link:
+    """The link whose ring all-reduce (``cluster.Network.ring_allreduce``) best fits the measured
+    times, least squares: ``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``, a line in ``n``."""
+    slope, intercept = np.polyfit(np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float), 1)
+    steps = 2 * (ranks - 1)
+    return cluster.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
+
+
+def measure_network(reps: int = 30) -> tuple[cluster.Network, list[float]]:
+    """This machine's link, fitted to the ring all-reduce: ``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``."""
+    times = _spawn(_allreduce_times, reps)
+    link = fit_ring([4 * n for n in SIZES], times, RANKS)
+    source = (
+        f"gloo all-reduce among {RANKS} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, "
+        f"median of {reps}, least squares on the ring model (benchmarks/calibrate.py)"
+    )
+    net = cluster.Network("this_machine", intra=link, inter=link, sources={"intra": source, "inter": source})
+    return net, times
+
+
+def measure_batch(epochs: tuple[int, int] = (2, 8)) -> float:
+    """Seconds of one training step of the runner on this machine while 4 ranks share its cores:
+    4 single-process runs at once (allreduce on 1 x 1: no communication), the difference between
+    runs ``epochs`` apart over the steps it adds (start-up and the one evaluation cancel)."""
+    walls: dict[int, list[float]] = {}
+    steps = 0
+    for e in epochs:
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [sys.executable, "-m", "benchmarks.run", "--algorithm", "allreduce", "--task", "digits"]
+            argv += ["--nodes", "1", "--procs-per-node", "1", "--set", "wandb=false", "--set", f"epochs={e}"]
+            argv += ["--set", f"eval_every={e}", "--set", "checkpoint_every=0", "--set", "threads=1"]
+            outs = [Path(tmp) / str(i) for i in range(RANKS)]
+            procs = [
+                subprocess.Popen([*argv, "--seed", str(i), "--out", str(out)], cwd=ROOT, stderr=subprocess.DEVNULL)
+                for i, out in enumerate(outs)
+            ]
+            if any(p.wait() for p in procs):
+                raise RuntimeError(f"a calibration run failed: python -m benchmarks.run {' '.join(argv[3:])}")
+            summaries = [json.loads((out / "summary.json").read_text()) for out in outs]
+            walls[e], steps = [x["wall_s"] for x in summaries], summaries[0]["steps"] // e
+    short, long = epochs
+    return statistics.median((b - a) / ((long - short) * steps) for a, b in zip(walls[short], walls[long]))
+
+
+def embedded_sets(algorithm: str) -> list[str]:
+    """The ``--set`` items the embedded default (config/config.yaml) gives ``algorithm``'s runs."""
+    (matrix,) = config.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    return config.overrides_for(algorithm, "digits", matrix["overrides"])
+
+
+def time_to_target(algorithm: str, seed: int, sets: list[str]) -> float | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        argv = ["--algorithm", algorithm, "--task", "digits", "--nodes", str(NODES), "--procs-per-node", str(PPN)]
+        argv += ["--seed", str(seed), "--out", str(out), "--set", "wandb=false"]
+        for item in [*embedded_sets(algorithm), *sets]:
+            argv += ["--set", item]
+        with contextlib.redirect_stderr(io.StringIO()):
+            code = run.main(argv)
+        if code != 0:
+            raise RuntimeError(f"{algorithm} seed {seed} failed: see `python -m benchmarks.run {' '.join(argv)}`")
+        return json.loads((out / "summary.json").read_text())["time_to_target_s"]
+
+
+def figure(rows: list[dict[str, object]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    done = [r for r in rows if r["measured_s"] is not None and r["predicted_s"] is not None]
+    names = sorted({r["algorithm"] for r in done})
+    for i, name in enumerate(names):
+        points = [(r["measured_s"], r["predicted_s"]) for r in done if r["algorithm"] == name]
+        ax.scatter(*zip(*points), label=name, color=plt.cm.tab10(i % 10), s=28)
+    top = max([max(r["measured_s"], r["predicted_s"]) for r in done], default=1.0) * 1.15
+    line = np.linspace(0, top, 50)
+    ax.plot(line, line, color="black", lw=1)
+    ax.fill_between(line, 0.75 * line, 1.25 * line, color="grey", alpha=0.2, label="within 25 %")
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="measured time to target (s, wall clock)")
+    ax.set(ylabel="predicted (s, virtual clock)", title="Virtual cluster against this machine: digits, 2 x 2")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--algorithms", nargs="+", default=PREDICTED)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "calibration")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    net, times = measure_network()
+    cluster.save(net, args.out / "network.json")
+    step_s = measure_batch()
+    link = net.inter
+    print(f"link: {link.latency_s * 1e6:.1f} us + n / {link.bandwidth_bps / 1e9:.2f} GB/s; batch {step_s * 1e3:.2f} ms")
+    (args.out / "calibration.json").write_text(
+        json.dumps({"network": str(args.out / "network.json"), "allreduce_s": dict(zip(SIZES, times)),
+                    "sim_step_ms": step_s * 1e3, "ranks": RANKS}, indent=2) + "\n"
+    )  # fmt: skip
+    simulated = ["clock=simulated", f"sim_network={args.out / 'network.json'}", f"sim_step_ms={step_s * 1e3:.4f}"]
+    rows = []
+    for algorithm in args.algorithms:
+        for seed in args.seeds:
+            measured = time_to_target(algorithm, seed, [])
+            predicted = time_to_target(algorithm, seed, simulated)
+            rows.append({"algorithm": algorithm, "seed": seed, "measured_s": measured, "predicted_s": predicted})
+            print(f"  {algorithm:<15} seed {seed}: measured {measured} s, predicted {predicted} s", flush=True)
+    with open(args.out / "calibration.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["algorithm", "seed", "measured_s", "predicted_s"])
+        writer.writeheader()
+        writer.writerows(rows)
+    figure(rows, args.out / "calibration.png")
+    summary = calibration_summary(pd.DataFrame(rows))
+    print(f"{'algorithm':<15} {'measured':>9} {'predicted':>10} {'error':>7}")
+    for r in summary.itertuples():
+        if pd.isna(r.error):
+            print(f"{r.algorithm:<15} {'no target':>9}")
+            continue
+        print(f"{r.algorithm:<15} {r.measured_s:>8.2f}s {r.predicted_s:>9.2f}s {r.error:>+7.0%}")
+    print(f"wrote {args.out}/calibration.csv, calibration.png, network.json")
+
+
+if __name__ == "__main__":
+    main()
