@@ -191,6 +191,7 @@ rule tables:
         curves=rules.aggregate.output.curves,
         papers_yaml="analysis/papers/papers.yaml",
         paper_numbers=PAPER_NUMBERS,
+        claims_yaml="analysis/papers/claims.yaml",
     output:
         time_to_target=report("results/tables/time_to_target.csv",
                               caption="analysis/captions/time_to_target.rst", category="Tables"),
@@ -200,6 +201,7 @@ rule tables:
         performance_profile="results/tables/performance_profile.csv",
         stragglers="results/tables/stragglers.csv",
         papers="results/tables/papers.csv",
+        claims="results/tables/claims.csv",
     log:
         "results/logs/tables.log",
     shell:
@@ -209,7 +211,8 @@ rule tables:
         " --time-to-target-md {output.time_to_target_md}"
         " --scaling {output.scaling} --performance-ratios {output.performance_ratios}"
         " --performance-profile {output.performance_profile} --stragglers {output.stragglers}"
-        " --papers {output.papers} --dana results/tables/dana.csv > {log} 2>&1"
+        " --papers {output.papers} --claims-yaml {input.claims_yaml} --claims {output.claims}"
+        " --dana results/tables/dana.csv > {log} 2>&1"
 
 
 rule figures:
@@ -242,6 +245,7 @@ rule report:
         stragglers=rules.tables.output.stragglers,
         performance_profile=rules.tables.output.performance_profile,
         papers=rules.tables.output.papers,
+        claims=rules.tables.output.claims,
         papers_yaml="analysis/papers/papers.yaml",
         figures=rules.figures.output.png,
     output:
@@ -251,6 +255,6 @@ rule report:
     shell:
         "{PY} -m analysis.report --render-only --runs {input.runs} --curves {input.curves}"
         " --time-to-target {input.time_to_target} --scaling {input.scaling} --stragglers {input.stragglers}"
-        " --performance-profile {input.performance_profile} --papers {input.papers}"
+        " --performance-profile {input.performance_profile} --papers {input.papers} --claims {input.claims}"
         " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output}"
         " --calibration results/calibration/calibration.csv > {log} 2>&1"  # a benchmark's, where present

@@ -36,7 +36,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from analysis import aggregate, cli, dana, figures, papers, profile, scaling, stragglers, tables
+from analysis import aggregate, claims, cli, dana, figures, papers, profile, scaling, stragglers, tables
 from analysis.aggregate import CONDITION, INCOMPLETE
 from benchmarks import naming
 
@@ -48,6 +48,7 @@ FILES = {
     "stragglers": "tables/stragglers.csv",
     "performance_profile": "tables/performance_profile.csv",
     "papers": "tables/papers.csv",
+    "claims": "tables/claims.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
     "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
@@ -55,6 +56,7 @@ FILES = {
 }
 METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock"]  # the run metadata table: environment, then clock
 SECTIONS = [
+    "Claims",
     "Summary",
     "Performance profile",
     "Virtual cluster against this machine",
@@ -303,6 +305,37 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
+def claims_table(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The claims as the report's first table: the claim, the paper's value, this suite's with its
+    95 % interval (a ratio) or its share of seeds (an ordering), the verdict, the conditions."""
+
+    def measured(row: pd.Series) -> str:
+        if pd.isna(row["value"]):
+            return ""
+        if pd.isna(row["low"]):  # an ordering: the share of seeds in which it holds
+            return f"in {round(row['value'] * row['seeds'])} of {row['seeds']} seeds"
+        return f"{row['value']:.2f}× [{row['low']:.2f}, {row['high']:.2f}]"
+
+    def verdict(row: pd.Series) -> str:
+        return f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]
+
+    def where(row: pd.Series) -> str:
+        clock = "simulated" if row["clock"] == "simulated" else "real" if row["clock"] else ""
+        return "; ".join(x for x in (clock, row["conditions"], row["setting"]) if x)
+
+    return pd.DataFrame(
+        {
+            "paper": verdicts["paper"],
+            "claim": verdicts["claim"] + " (" + verdicts["source"] + ")",
+            "paper's value": verdicts["paper_value"],
+            "this suite (95 % interval)": verdicts.apply(measured, axis=1),
+            "verdict": verdicts.apply(verdict, axis=1),
+            "conditions": verdicts.apply(where, axis=1),
+            "evidence": verdicts["suite"].map(lambda x: f"Suite: {x}" if isinstance(x, str) and x else ""),
+        }
+    )
+
+
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per algorithm, from ``benchmarks/calibrate.py``'s rows (one per seed): the median measured and
     predicted times to target over the seeds where both reached it, and the prediction's error
@@ -339,6 +372,7 @@ def render(files: dict) -> Path:
     scale, pooled = tables.read_table(files["scaling"]), tables.read_table(files["stragglers"])
     prof = tables.read_table(files["performance_profile"])
     compared = papers.read_compared(files["papers"])
+    verdicts = claims.read(files["claims"])
     shown = Figures(files["figures"])
     finished = int((runs["status"] != INCOMPLETE).sum())
     suites = sorted(table["suite"].unique())
@@ -360,7 +394,9 @@ def render(files: dict) -> Path:
         finished=finished,
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
-        contents=["Summary", *[f"Suite: {s}" for s in suites], *SECTIONS[1:]],
+        contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
+        claims=claims_table(verdicts).to_dict("records"),
+        claim_counts=verdicts["verdict"].value_counts().to_dict(),
         summary=summary.to_dict("records"),
         summary_table=cells(summary),
         suites=[

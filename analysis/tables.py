@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import cli, dana, papers, profile, scaling, stragglers
+from analysis import claims, cli, dana, papers, profile, scaling, stragglers
 from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, read_runs
 
 GROUP = ["suite", "task", "nodes", "procs_per_node"]
@@ -40,6 +40,8 @@ FILES = {
     "performance_profile": "tables/performance_profile.csv",
     "stragglers": "tables/stragglers.csv",
     "papers": "tables/papers.csv",
+    "claims_yaml": claims.CLAIMS,
+    "claims": "tables/claims.csv",
     "dana": "tables/dana.csv",
 }
 # Columns that hold text whatever they look like, in every table this module writes.
@@ -204,13 +206,14 @@ def write(files: dict) -> pd.DataFrame:
 
     ``time_to_target`` (CSV) and ``time_to_target_md`` (formatted), ``scaling``,
     ``performance_profile`` with ``performance_ratios`` (the ratios it comes from), ``stragglers``,
-    ``papers`` (every published number of ``papers_yaml`` beside the suite's) and, where there are
+    ``papers`` (every published number of ``papers_yaml`` beside the suite's), ``claims`` (each claim
+    of ``claims_yaml`` with its verdict, :mod:`analysis.claims`) and, where there are
     runs of the asynchronous family, ``dana`` (:func:`analysis.dana.comparison`).
     """
     runs = read_runs(files["runs"])
     table = time_to_target(runs)
     for name in FILES:
-        if name not in ("runs", "curves", "papers_yaml"):
+        if name not in ("runs", "curves", "papers_yaml", "claims_yaml"):
             Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(files["time_to_target"], index=False)
     markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
@@ -226,6 +229,7 @@ def write(files: dict) -> pd.DataFrame:
         for paper in papers.load_papers(Path(files["papers_yaml"]).parent)
     ]
     pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
+    claims.table(runs, claims.load(files["claims_yaml"])).to_csv(files["claims"], index=False)
     dana_tables = dana.comparison(runs, read_curves(files["curves"]))
     if dana_tables:  # only where there are asynchronous runs, as before: the file is not a declared output
         pd.concat([t.assign(setting=title) for title, t in dana_tables]).to_csv(files["dana"], index=False)
