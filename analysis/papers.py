@@ -7,10 +7,12 @@ suite's measurement of the same quantity:
 
 - on the paper's own workload (``task``) at the paper's worker count when such runs exist, and
   then every quantity compares;
-- otherwise on a substitute: the largest layout, wall clock first, where the suite ran both
-  algorithms (any task). Dimensionless quantities (speed-ups, time reductions, throughput ratios)
-  then still compare; accuracies and absolute times do not (a different task, different
-  hardware), and the row says so instead of printing a meaningless deviation.
+- otherwise on a substitute task under the paper's conditions (its worker count and straggler
+  kind, real or simulated), wall clock first. Dimensionless quantities (speed-ups, time reductions,
+  throughput ratios) then still compare; accuracies and absolute times do not (a different task,
+  different hardware), and the row says so instead of printing a meaningless deviation.
+- a number whose conditions no run has is "not measured under its conditions", with no deviation.
+  The claims (``analysis/claims.py``) go further: they name every setting their runs must have.
 
 The papers' speed-ups are ratios of total training time for a fixed epoch budget, so the suite's
 are too: the median ``wall_s`` of the baseline over the algorithm's, on the same layout, condition
@@ -103,8 +105,9 @@ def _where(rows: pd.DataFrame) -> str:
     return f"{first['suite']}: {first['task']} on {layout}{stragglers}{clock}"
 
 
-def _candidates(table: pd.DataFrame, number: pd.Series) -> tuple[pd.DataFrame, bool]:
-    """The rows of one layout and condition that measure ``number``; True if on its workload."""
+def _candidates(table: pd.DataFrame, number: pd.Series) -> tuple[pd.DataFrame, bool, bool]:
+    """The rows of one layout and condition that measure ``number``; whether on its workload; and
+    whether under its conditions (its worker count and straggler kind)."""
     finished = table[table["n"] > 0]
     needed = [number["algorithm"]] + ([number["baseline"]] if number["baseline"] else [])
     wanted = "none" if number["straggler"] in ("", "none") else number["straggler"]
@@ -117,15 +120,16 @@ def _candidates(table: pd.DataFrame, number: pd.Series) -> tuple[pd.DataFrame, b
         workers = int(nodes) * int(ppn)
         same_task = bool(number["task"]) and task == number["task"]
         same_size = pd.notna(number["workers"]) and workers == int(number["workers"])
-        kind_matches = (straggler == "none") == (wanted == "none")
-        # Order: the paper's workload, the matching straggler kind, wall clock, then the largest.
-        rank = (not (same_task and same_size), not same_task, not kind_matches, clock != "wall", -workers)
-        layouts.append((rank, same_task and same_size, rows))
+        kind_matches = str(straggler).split()[0] == wanted  # "fixed 2×320 ms": the kind, then its size
+        conditions = same_size and kind_matches
+        # Order: the paper's workload and conditions, its conditions, wall clock, then the largest.
+        rank = (not (same_task and conditions), not conditions, not same_task, clock != "wall", -workers)
+        layouts.append((rank, same_task and same_size, conditions, rows))
     if not layouts:
-        return finished.iloc[0:0], False
+        return finished.iloc[0:0], False, False
     layouts.sort(key=lambda item: item[0])
-    _, exact, rows = layouts[0]
-    return rows, exact
+    _, exact, conditions, rows = layouts[0]
+    return rows, exact, conditions
 
 
 def compare(paper: Paper, table: pd.DataFrame) -> pd.DataFrame:
@@ -154,9 +158,11 @@ def compare(paper: Paper, table: pd.DataFrame) -> pd.DataFrame:
         elif number["paper_baseline"] and not number["baseline"]:
             out["comparison"] = f"baseline {number['paper_baseline']} not in the suite"
         else:
-            candidates, exact = _candidates(table, number)
+            candidates, exact, conditions = _candidates(table, number)
             if candidates.empty:
                 out["comparison"] = "not run yet"
+            elif not conditions:  # another worker count or straggler setting: no deviation to show
+                out["comparison"] = "not measured under its conditions"
             else:
                 alg = candidates[candidates["algorithm"] == number["algorithm"]]
                 base = candidates[candidates["algorithm"] == number["baseline"]] if number["baseline"] else None

@@ -489,7 +489,7 @@ def test_traces_find_every_extra_numeric_column(results: Path) -> None:
     assert band["epoch"].tolist() == [1, 2] and band["median"].tolist() == [25.0, 25.0]
 
 
-def test_paper_numbers_compare_on_the_same_or_a_substituted_workload(tmp_path: Path) -> None:
+def test_paper_numbers_compare_only_under_their_conditions(tmp_path: Path) -> None:
     (tmp_path / "papers.yaml").write_text(
         "p:\n  title: T\n  authors: A\n  venue: V\n  url: ''\n  data: p.csv\n  hardware: H\n"
         "  software: S\n  scale: X\n  measure: M\n  differences: D\n"
@@ -504,10 +504,12 @@ def test_paper_numbers_compare_on_the_same_or_a_substituted_workload(tmp_path: P
             [
                 "Table 1,false,W,t,4,none,s,A,a,B,ddp,speedup,1.5,,x,",  # run at 2x2: same
                 "Table 1,false,W,t,4,none,s,A,a,,,final_metric,80,,%,",  # same workload
-                "Fig. 2,true,W,u,64,none,s,A,a,B,ddp,time_reduction,25,,%,",  # substituted
-                "Fig. 2,true,W,u,64,none,s,A,a,,,final_metric,70,,%,",  # not comparable
+                "Fig. 2,true,W,u,4,none,s,A,a,B,ddp,time_reduction,25,,%,",  # substituted
+                "Fig. 2,true,W,u,4,none,s,A,a,,,final_metric,70,,%,",  # not comparable
                 "Text,false,W,t,4,none,s,A,,B,ddp,speedup,2,,x,",  # not in the suite
                 "Text,false,W,t,4,none,s,A,a,,,time,3,,h,",  # absolute time
+                "Fig. 3,false,W,u,64,none,s,A,a,B,ddp,speedup,1.3,,x,",  # 64 workers: none ran
+                "Fig. 3,false,W,t,4,fixed,s,A,a,B,ddp,speedup,1.3,,x,",  # stragglers: none ran
             ]
         )
         + "\n"
@@ -527,6 +529,9 @@ def test_paper_numbers_compare_on_the_same_or_a_substituted_workload(tmp_path: P
     assert math.isnan(out.loc[3, "suite_value"]) and out.loc[3, "comparison"].startswith("not comparable")
     assert out.loc[4, "comparison"] == "not in the suite"
     assert out.loc[5, "comparison"].startswith("absolute")
+    for row in (6, 7):  # never a deviation from runs under other conditions
+        assert out.loc[row, "comparison"] == "not measured under its conditions"
+        assert math.isnan(out.loc[row, "suite_value"]) and math.isnan(out.loc[row, "deviation"])
     shown = papers.display(out)
     assert shown.loc[2, "source"] == "Fig. 2 (read from plot)" and shown.loc[1, "deviation"] == "+5.0 pp"
 
@@ -547,6 +552,10 @@ def test_shipped_paper_numbers_have_their_source() -> None:
             "throughput_speedup",
             "throughput",
         }
+    root = Path(__file__).resolve().parent.parent
+    for key, meta in papers.load_meta().items():  # the "Matrix" line names config files that exist
+        named = [m.strip() for m in meta["matrix"].split(",")]
+        assert named and all((root / m).is_file() for m in named), key
     wagma = next(p for p in loaded if p.key == "wagma").numbers
     row = wagma[(wagma["baseline"] == "allreduce") & (wagma["quantity"] == "speedup")]
     assert row["value"].tolist() == [1.63] and row["source"].str.startswith("Fig. 5").all()
