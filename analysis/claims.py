@@ -9,7 +9,7 @@ same data order, same arrival schedule).
 
 - A ratio (``throughput_speedup``: seconds per step; ``speedup``: total time of the same epochs,
   the papers' measure) is the median over seeds of the paired ratios, with a 95 % percentile
-  bootstrap interval over seeds (``scipy.stats.bootstrap``, seeded, so a report is reproducible). It
+  bootstrap interval over seeds (``analysis/intervals.py``). It
   holds when the interval lies on the paper's side of 1, does not hold when it lies on the other
   side, and is inconclusive otherwise.
 - An ordering (``final_metric_above``) is the share of seeds in which it holds: the claim holds at
@@ -28,13 +28,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
 
+from analysis.intervals import median_interval
 from analysis.papers import PAPERS_DIR
 
 CLAIMS = PAPERS_DIR / "claims.yaml"
 MIN_SEEDS = 5
-CONFIDENCE = 0.95
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
 RATIOS = {"throughput_speedup", "speedup"}
 ORDERINGS = {"final_metric_above"}
@@ -75,18 +74,6 @@ def load(path: Path = CLAIMS) -> list[Claim]:
                 )
             claims.append(claim)
     return claims
-
-
-def bootstrap_interval(values: list[float], seed: int = 0) -> tuple[float, float]:
-    """95 % percentile bootstrap interval of the median of ``values`` (resampled with replacement)."""
-    values = np.asarray(values, dtype=float)
-    if np.all(values == values[0]):  # every resample has this median
-        return float(values[0]), float(values[0])
-    result = stats.bootstrap(
-        (values,), np.median, confidence_level=CONFIDENCE, n_resamples=9999, method="percentile",
-        rng=np.random.default_rng(seed),
-    )  # fmt: skip
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def ratio_verdict(low: float, high: float, expect: str = "above") -> str:
@@ -162,7 +149,7 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
         # the baseline's time over the algorithm's: above 1, the algorithm is faster
         ratios = (paired["baseline"] / paired["algorithm"]).tolist()
         row["value"] = float(np.median(ratios))
-        row["low"], row["high"] = bootstrap_interval(ratios)
+        row["low"], row["high"] = median_interval(ratios)
         verdict = ratio_verdict(row["low"], row["high"], claim.expect)
     else:
         row["value"] = float((paired["algorithm"] > paired["baseline"]).mean())

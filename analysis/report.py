@@ -36,7 +36,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from analysis import aggregate, claims, cli, dana, figures, papers, profile, scaling, stragglers, tables
+from analysis import aggregate, claims, cli, dana, figures, intervals, papers, profile, scaling, stragglers, tables
 from analysis.aggregate import CONDITION, INCOMPLETE
 from benchmarks import naming
 
@@ -92,7 +92,8 @@ def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
 
 
 def summary_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per suite, task, node count and condition: the fastest algorithm to target, its speed-up."""
+    """Per suite, task, node count and condition: the fastest algorithm to target, the algorithms
+    tied with it (their 95 % intervals of the median time overlap its), its speed-up over DDP."""
     rows = []
     keys = tables.GROUP + CONDITION
     for values, group in table.groupby(keys, sort=True):
@@ -109,6 +110,7 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
             row.update(
                 {
                     "fastest to target": "none reached the target",
+                    "tied with it": "",
                     "median time (s)": "—",
                     "converged (k/n)": "—",
                     "speed-up vs DDP": "—",
@@ -117,12 +119,24 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
         else:
             best = reached.loc[reached["tta_median_s"].idxmin()]
             speedup = best["speedup_vs_ddp"]
+            tied = [  # the seeds cannot tell them from the fastest: their intervals overlap its
+                r["algorithm"]
+                for _, r in reached.sort_values("tta_median_s").iterrows()
+                if r["algorithm"] != best["algorithm"]
+                and intervals.overlap(r["tta_low_s"], r["tta_high_s"], best["tta_low_s"], best["tta_high_s"])
+            ]
+            interval = f" [{best['tta_low_s']:.1f}, {best['tta_high_s']:.1f}]"
             row.update(
                 {
                     "fastest to target": best["algorithm"],
-                    "median time (s)": f"{best['tta_median_s']:.1f}{simulated}",
+                    "tied with it": ", ".join(tied),
+                    "median time (s)": f"{best['tta_median_s']:.1f}{interval}{simulated}",
                     "converged (k/n)": best["k/n"],
-                    "speed-up vs DDP": ("— (no DDP time)" if pd.isna(speedup) else f"{speedup:.2f}×{simulated}"),
+                    "speed-up vs DDP": (
+                        "— (no DDP time)"
+                        if pd.isna(speedup)
+                        else f"{speedup:.2f}× [{best['speedup_low']:.2f}, {best['speedup_high']:.2f}]{simulated}"
+                    ),
                 }
             )
         rows.append(row)

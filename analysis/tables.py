@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import claims, cli, dana, papers, profile, scaling, stragglers
+from analysis import claims, cli, dana, intervals, papers, profile, scaling, stragglers
 from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, read_runs
 
 GROUP = ["suite", "task", "nodes", "procs_per_node"]
@@ -66,26 +66,32 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         One row per group with ``n`` (finished runs), ``k`` (converged), ``k/n``,
-        ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none),
-        ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median), the medians of
+        ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none) with
+        ``tta_low_s``/``tta_high_s`` the median's 95 % bootstrap interval over them,
+        ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median) with its interval
+        ``speedup_low``/``speedup_high`` (``analysis/intervals.py``), the medians of
         ``final_metric``, ``best_metric``, ``throughput``, ``comm_share`` and ``wall_s`` (the
         whole run, for the papers' fixed-epoch comparisons) over finished runs, the counts
         ``failed``, ``diverged``, ``timeout`` and ``incomplete``, ``metric`` and ``target``.
         ``straggler`` and ``clock`` (``simulated`` where the times come from the simulator) are
         part of the key.
     """
-    rows = []
+    rows, samples = [], {}
     for key, group in runs.groupby(KEYS, sort=True, dropna=False):
         finished = group[group["status"] != INCOMPLETE]
         tta = finished.loc[converged(finished), "time_to_target_s"]
         n, k = len(finished), len(tta)
         row = dict(zip(KEYS, key))
+        samples[key] = tta.tolist()
+        low, high = intervals.median_interval(tta.tolist())
         row.update(
             {
                 "n": n,
                 "k": k,
                 "k/n": f"{k}/{n}",
                 "tta_median_s": tta.median() if k else math.nan,
+                "tta_low_s": low,
+                "tta_high_s": high,
                 "tta_min_s": tta.min() if k else math.nan,
                 "tta_max_s": tta.max() if k else math.nan,
                 "final_metric_median": finished["final_metric"].median(),
@@ -106,9 +112,13 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         "k",
         "k/n",
         "tta_median_s",
+        "tta_low_s",
+        "tta_high_s",
         "tta_min_s",
         "tta_max_s",
         "speedup_vs_ddp",
+        "speedup_low",
+        "speedup_high",
         "final_metric_median",
         "best_metric_median",
         "throughput_median",
@@ -119,11 +129,19 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         "metric",
         "target",
     ]
-    table = pd.DataFrame(rows, columns=[c for c in columns if c != "speedup_vs_ddp"])
+    speedups = ("speedup_vs_ddp", "speedup_low", "speedup_high")
+    table = pd.DataFrame(rows, columns=[c for c in columns if c not in speedups])
     base = table.loc[table["algorithm"] == BASELINE, GROUP + CONDITION + ["tta_median_s"]]
     table = table.merge(base.rename(columns={"tta_median_s": "_ddp"}), on=GROUP + CONDITION, how="left")
     # NaN propagates: no DDP median or no algorithm median gives no speed-up.
     table["speedup_vs_ddp"] = table["_ddp"] / table["tta_median_s"]
+    bounds = []  # the 95 % interval of DDP's median over the algorithm's, each resampled over its seeds
+    for row in table.itertuples(index=False):
+        key = tuple(getattr(row, k) for k in KEYS)
+        ddp = samples.get((*key[:-1], BASELINE), [])
+        same = row.algorithm == BASELINE and ddp  # DDP against itself: 1 by definition
+        bounds.append((1.0, 1.0) if same else intervals.ratio_interval(ddp, samples[key]))
+    table["speedup_low"], table["speedup_high"] = zip(*bounds) if bounds else ((), ())
     return table[columns]
 
 
@@ -142,11 +160,17 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             "algorithm": table["algorithm"].astype(str),
             "stragglers": table["straggler"].astype(str),
             "converged (k/n)": table["k/n"],
-            "median time to target (s)": [_num(v, ".1f") for v in table["tta_median_s"]],
+            "median time to target (s)": [
+                _num(v, ".2f") + ("" if pd.isna(v) else f" [{lo:.2f}, {hi:.2f}]")
+                for v, lo, hi in zip(table["tta_median_s"], table["tta_low_s"], table["tta_high_s"])
+            ],
             "min–max (s)": [
                 "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}" for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
             ],
-            "speed-up vs DDP": [_num(v, ".2f") + ("×" if pd.notna(v) else "") for v in table["speedup_vs_ddp"]],
+            "speed-up vs DDP": [
+                _num(v, ".2f") + ("" if pd.isna(v) else f"× [{lo:.2f}, {hi:.2f}]")
+                for v, lo, hi in zip(table["speedup_vs_ddp"], table["speedup_low"], table["speedup_high"])
+            ],
             "final metric": [_num(v, ".4g") for v in table["final_metric_median"]],
             "best metric": [_num(v, ".4g") for v in table["best_metric_median"]],
             "throughput (samples/s)": [_num(v, ",.0f") for v in table["throughput_median"]],

@@ -200,8 +200,13 @@ def test_failures_counted_and_medians_over_finished_runs(table: pd.DataFrame) ->
 
 def test_display_and_markdown(table: pd.DataFrame) -> None:
     shown = tables.display_table(table.reset_index()).set_index("algorithm")
-    assert shown.loc["allreduce", "speed-up vs DDP"] == "1.71×"
-    assert shown.loc["ddp", "median time to target (s)"] == "12.0"
+    # DDP's converged times 10, 12, 14: a resample of 3 has median 10 with probability 7/27 (two 10s
+    # or three), 14 likewise, so the 95 % interval is [10, 14]. allreduce's 6, 8: median 6 with
+    # probability 1/4, 8 likewise. The ratio of medians runs from 10/8 to 14/6, each end with
+    # probability 7/27 x 1/4 = 0.065 > 0.025: its interval is [1.25, 2.33].
+    assert shown.loc["allreduce", "speed-up vs DDP"] == "1.71× [1.25, 2.33]"
+    assert shown.loc["ddp", "median time to target (s)"] == "12.00 [10.00, 14.00]"
+    assert table.loc["ddp", "speedup_low"] == table.loc["ddp", "speedup_high"] == 1.0  # DDP against itself
     assert shown.loc["ddp", "min–max (s)"] == "10.0–14.0"
     markdown = tables.to_markdown(shown.reset_index())
     assert markdown.splitlines()[0].startswith("| algorithm |")
@@ -461,7 +466,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
     summary = report.summary_table(table.reset_index())
     simulated = summary[summary["median time (s)"].str.contains("simulated")]
     assert simulated["fastest to target"].tolist() == ["dana_slim"]
-    assert simulated["speed-up vs DDP"].tolist() == ["2.00× (simulated)"]
+    assert simulated["speed-up vs DDP"].tolist() == ["2.00× [2.00, 2.00] (simulated)"]
 
 
 def test_throughput_with_and_without_stragglers() -> None:
@@ -580,3 +585,19 @@ def test_calibration_errors_are_medians_over_the_seeds_that_reached_the_target(t
     shown = report._calibration(tmp_path / "calibration.csv")
     assert shown["figure"] is None and shown["table"]["rows"][0] == ["ddp", "2.00", "2.20", "+10%", "3"]
     assert shown["table"]["rows"][2] == ["sgp", "", "", "", "0"] and report._calibration(tmp_path / "absent.csv") is None
+
+
+def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
+    """B's 95 % interval of the median time overlaps the fastest A's: tied; C's does not."""
+    rows = [("a", 1.1, 1.0, 1.2), ("b", 1.3, 1.15, 1.5), ("c", 2.2, 2.0, 2.5)]
+    table = pd.DataFrame(
+        [
+            {"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "straggler": "none", "clock": "wall",
+             "algorithm": name, "k": 3, "k/n": "3/3", "tta_median_s": m, "tta_low_s": lo, "tta_high_s": hi,
+             "speedup_vs_ddp": math.nan, "speedup_low": math.nan, "speedup_high": math.nan}
+            for name, m, lo, hi in rows
+        ]
+    )  # fmt: skip
+    (summary,) = report.summary_table(table).to_dict("records")
+    assert summary["fastest to target"] == "a" and summary["tied with it"] == "b"
+    assert summary["median time (s)"] == "1.1 [1.0, 1.2]"
