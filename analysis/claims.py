@@ -124,11 +124,12 @@ def _per_seed(runs: pd.DataFrame, claim: Claim) -> pd.DataFrame:
     chosen = finished[pd.Series(keep, index=finished.index, dtype=bool)].copy()
     chosen["step_s"] = chosen["wall_s"] / chosen["steps"]
     value = {"throughput_speedup": "step_s", "speedup": "wall_s", "final_metric_above": "final_metric"}[claim.quantity]
-    wide = chosen.pivot_table(index="seed", columns="algorithm", values=value, aggfunc="first")
+    # paired within a suite: one suite's runs of a seed share stragglers, data order and settings
+    wide = chosen.pivot_table(index=["suite", "seed"], columns="algorithm", values=value, aggfunc="first")
     if claim.algorithm not in wide or claim.baseline not in wide:
         return pd.DataFrame(columns=["algorithm", "baseline", "suite"])
     paired = pd.DataFrame({"algorithm": wide[claim.algorithm], "baseline": wide[claim.baseline]}).dropna()
-    paired["suite"] = ", ".join(sorted(chosen["suite"].unique()))
+    paired["suite"] = ", ".join(sorted(paired.index.get_level_values("suite").unique()))
     paired.attrs["clock"] = ", ".join(sorted(chosen["clock"].astype(str).unique()))
     return paired
 

@@ -345,7 +345,9 @@ def claims_table(verdicts: pd.DataFrame) -> pd.DataFrame:
             "this suite (95 % interval)": verdicts.apply(measured, axis=1),
             "verdict": verdicts.apply(verdict, axis=1),
             "conditions": verdicts.apply(where, axis=1),
-            "evidence": verdicts["suite"].map(lambda x: f"Suite: {x}" if isinstance(x, str) and x else ""),
+            "evidence": verdicts["suite"].map(
+                lambda x: f"Suite: {x.split(', ')[0]}" if isinstance(x, str) and x else ""
+            ),
         }
     )
 

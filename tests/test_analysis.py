@@ -584,7 +584,9 @@ def test_calibration_errors_are_medians_over_the_seeds_that_reached_the_target(t
     rows.to_csv(tmp_path / "calibration.csv", index=False)
     shown = report._calibration(tmp_path / "calibration.csv")
     assert shown["figure"] is None and shown["table"]["rows"][0] == ["ddp", "2.00", "2.20", "+10%", "3"]
-    assert shown["table"]["rows"][2] == ["sgp", "", "", "", "0"] and report._calibration(tmp_path / "absent.csv") is None
+    assert (
+        shown["table"]["rows"][2] == ["sgp", "", "", "", "0"] and report._calibration(tmp_path / "absent.csv") is None
+    )
 
 
 def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
