@@ -136,7 +136,11 @@ def measure_batch(epochs: tuple[int, int] = (2, 8)) -> float:
 
 def embedded_sets(algorithm: str) -> list[str]:
     """The ``--set`` items the embedded default (config/config.yaml) gives ``algorithm``'s runs."""
-    (matrix,) = config.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    (matrix,) = [
+        m
+        for m in config.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+        if m["suite"] == "embedded"
+    ]
     return config.overrides_for(algorithm, "digits", matrix["overrides"])
 
 
