@@ -52,7 +52,8 @@ ENV_FIELDS = [
     "platform",
 ]
 # The run's conditions: runs differing in them are never pooled, and a speed-up never crosses them.
-CONDITION = ["straggler", "clock"]
+CONDITION = ["straggler", "clock", "time_model"]
+WALL_CLOCK = "measured"  # the time model of a run on the wall clock
 METRIC_COLUMNS = [
     "epoch",
     "step",
@@ -76,6 +77,7 @@ _TEXT = [
     "status",
     "metric",
     "clock",
+    "time_model",
     "error",
     *ENV_FIELDS,
     "run_dir",
@@ -129,6 +131,17 @@ def straggler_label(settings: dict) -> str:
     return f"{kind} {delay:g} ms" if delay else kind  # simulated runs: the model, not a delay
 
 
+def time_model_label(settings: dict, clock: str) -> str:
+    """What a run's times mean, as one label: ``measured`` on the wall clock; on the virtual clock, the
+    network, the compute time of a batch and the message size (``piz_daint, 620 ms a batch, 102.2
+    MB``). Simulated runs under different time models are different experiments: never pooled."""
+    if clock != "simulated":
+        return WALL_CLOCK
+    label = f"{settings.get('sim_network', '?')}, {float(settings.get('sim_step_ms') or 0):g} ms a batch"
+    model_mb = float(settings.get("sim_model_mb") or 0)
+    return label + (f", {model_mb:g} MB" if model_mb else "")
+
+
 def load_runs(results: Path) -> pd.DataFrame:
     """Load one row per run directory under ``results/runs/`` (see :func:`runs_table`)."""
     return runs_table(run_dirs(results))
@@ -160,6 +173,7 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
         if summary is None:
             row["status"] = INCOMPLETE
         row["clock"] = row["clock"] or settings.get("clock") or "wall"
+        row["time_model"] = time_model_label(settings, row["clock"])
         row.update({k: env.get(k) for k in ENV_FIELDS})
         if isinstance(row["hosts"], list):
             row["hosts"] = ",".join(str(h) for h in row["hosts"])
@@ -168,7 +182,9 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
                 row[field] = str(row[field])
         row["run_dir"] = str(run_dir)
         rows.append(row)
-    runs = pd.DataFrame(rows, columns=IDENTITY + ["straggler"] + SUMMARY_FIELDS + ENV_FIELDS + ["run_dir"])
+    runs = pd.DataFrame(
+        rows, columns=IDENTITY + ["straggler"] + SUMMARY_FIELDS + ["time_model"] + ENV_FIELDS + ["run_dir"]
+    )
     for column in _INTEGER:
         runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("Int64")
     for column in _FLOAT:

@@ -102,15 +102,16 @@ def plot_metric_vs_time(
         group_runs = group
         group = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for (algorithm, straggler, clock), alg_curves in group.groupby(["algorithm", *CONDITION], sort=True):
+        for (algorithm, straggler, clock, model), alg_curves in group.groupby(["algorithm", *CONDITION], sort=True):
             alg_runs = group_runs[
                 (group_runs["algorithm"] == algorithm)
                 & (group_runs["straggler"] == straggler)
                 & (group_runs["clock"] == clock)
+                & (group_runs["time_model"] == model)
             ]
             label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)} converged)"
             label += "" if straggler == "none" else f" [{straggler}]"
-            label += " (simulated)" if clock == "simulated" else ""
+            label += f" (simulated: {model})" if clock == "simulated" else ""
             grid, median, low, high = median_band(alg_curves)
             colour = colours.get(algorithm)
             style = "-" if straggler == "none" else "--"

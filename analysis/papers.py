@@ -112,11 +112,11 @@ def _candidates(table: pd.DataFrame, number: pd.Series) -> tuple[pd.DataFrame, b
     needed = [number["algorithm"]] + ([number["baseline"]] if number["baseline"] else [])
     wanted = "none" if number["straggler"] in ("", "none") else number["straggler"]
     layouts = []
-    keys = ["suite", "task", "nodes", "procs_per_node", "straggler", "clock"]
+    keys = ["suite", "task", "nodes", "procs_per_node", "straggler", "clock", "time_model"]
     for key, rows in finished.groupby(keys):
         if not set(needed) <= set(rows["algorithm"]):
             continue
-        suite, task, nodes, ppn, straggler, clock = key
+        suite, task, nodes, ppn, straggler, clock, _ = key
         workers = int(nodes) * int(ppn)
         same_task = bool(number["task"]) and task == number["task"]
         same_size = pd.notna(number["workers"]) and workers == int(number["workers"])

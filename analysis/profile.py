@@ -24,7 +24,7 @@ from analysis import plotting
 from analysis.plotting import plt
 from benchmarks import naming
 
-WORKLOAD = ["suite", "task", "nodes", "procs_per_node", "straggler"]
+WORKLOAD = ["suite", "task", "nodes", "procs_per_node", "straggler", "time_model"]
 TAUS = (1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 TAU_MAX = 4.0
 

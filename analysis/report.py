@@ -99,7 +99,7 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
     for values, group in table.groupby(keys, sort=True):
         key = dict(zip(keys, values))
         reached = group[group["k"] > 0]
-        simulated = " (simulated)" if key["clock"] == "simulated" else ""
+        simulated = f" (simulated: {key['time_model']})" if key["clock"] == "simulated" else ""
         row = {
             "suite": key["suite"],
             "task": key["task"],

@@ -125,13 +125,13 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         nodes_seen = sorted(group["nodes"].unique())
         for key, line in timed.groupby(["algorithm", *CONDITION], sort=True):
-            algorithm, straggler, clock = key
+            algorithm, straggler, clock, model = key
             line = line.sort_values("nodes")
             nodes = line["nodes"].astype(float).to_numpy()
             median = line["tta_median_s"].to_numpy()
             errors = [median - line["tta_min_s"].to_numpy(), line["tta_max_s"].to_numpy() - median]
             label = algorithm + ("" if straggler == "none" else f" [{straggler}]")
-            label += " (simulated)" if clock == "simulated" else ""
+            label += f" (simulated: {model})" if clock == "simulated" else ""
             style = "-" if straggler == "none" else "--"
             ax.errorbar(
                 nodes, median, yerr=errors, color=colour[algorithm], marker="o", linestyle=style, capsize=3, label=label

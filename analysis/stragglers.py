@@ -19,7 +19,7 @@ from analysis import plotting
 from analysis.plotting import plt
 from benchmarks import naming
 
-MATCH = ["task", "nodes", "procs_per_node", "clock", "algorithm"]
+MATCH = ["task", "nodes", "procs_per_node", "clock", "time_model", "algorithm"]
 
 
 def straggler_throughput(table: pd.DataFrame) -> pd.DataFrame:

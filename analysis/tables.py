@@ -179,7 +179,9 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                 f"{f}/{d}/{t}" for f, d, t in zip(table["failed"], table["diverged"], table["timeout"])
             ],
             "incomplete": table["incomplete"].astype(str),
-            "clock": table["clock"].astype(str),
+            "clock": [
+                f"simulated ({m})" if c == "simulated" else str(c) for c, m in zip(table["clock"], table["time_model"])
+            ],
         }
     )
     return out

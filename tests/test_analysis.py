@@ -367,6 +367,7 @@ def _row(algorithm: str, nodes: int, tta: float, throughput: float, **extra: obj
         "procs_per_node": 2,
         "straggler": "none",
         "clock": "wall",
+        "time_model": "measured",
         "algorithm": algorithm,
         "n": 3,
         "k": 3 if tta == tta else 0,
@@ -441,6 +442,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
                 "procs_per_node": 2,
                 "straggler": "none",
                 "clock": clock,
+                "time_model": model,
                 "algorithm": alg,
                 "status": "completed",
                 "time_to_target_s": tta,
@@ -452,21 +454,22 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
                 "metric": "accuracy",
                 "target": 0.9,
             }
-            for alg, clock, tta in (
-                ("ddp", "wall", 10.0),
-                ("dana_slim", "simulated", 2.0),
-                ("ddp", "simulated", 4.0),
-                ("local_sgd", "wall", 5.0),
+            for alg, clock, model, tta in (
+                ("ddp", "wall", "measured", 10.0),
+                ("dana_slim", "simulated", "m1", 2.0),
+                ("ddp", "simulated", "m1", 4.0),
+                ("ddp", "simulated", "m2", 1.0),  # another time model: never divides m1's times
+                ("local_sgd", "wall", "measured", 5.0),
             )
         ]
     )
-    table = tables.time_to_target(runs).set_index(["algorithm", "clock"])
-    assert table.loc[("dana_slim", "simulated"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2
-    assert table.loc[("local_sgd", "wall"), "speedup_vs_ddp"] == 2.0
+    table = tables.time_to_target(runs).set_index(["algorithm", "clock", "time_model"])
+    assert table.loc[("dana_slim", "simulated", "m1"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2 or 1 / 2
+    assert table.loc[("local_sgd", "wall", "measured"), "speedup_vs_ddp"] == 2.0
     summary = report.summary_table(table.reset_index())
-    simulated = summary[summary["median time (s)"].str.contains("simulated")]
+    simulated = summary[summary["median time (s)"].str.contains("simulated") & (summary["fastest to target"] != "ddp")]
     assert simulated["fastest to target"].tolist() == ["dana_slim"]
-    assert simulated["speed-up vs DDP"].tolist() == ["2.00× [2.00, 2.00] (simulated)"]
+    assert simulated["speed-up vs DDP"].tolist() == ["2.00× [2.00, 2.00] (simulated: m1)"]
 
 
 def test_throughput_with_and_without_stragglers() -> None:
@@ -594,7 +597,7 @@ def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
     rows = [("a", 1.1, 1.0, 1.2), ("b", 1.3, 1.15, 1.5), ("c", 2.2, 2.0, 2.5)]
     table = pd.DataFrame(
         [
-            {"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "straggler": "none", "clock": "wall",
+            {"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "straggler": "none", "clock": "wall", "time_model": "measured",
              "algorithm": name, "k": 3, "k/n": "3/3", "tta_median_s": m, "tta_low_s": lo, "tta_high_s": hi,
              "speedup_vs_ddp": math.nan, "speedup_low": math.nan, "speedup_high": math.nan}
             for name, m, lo, hi in rows
