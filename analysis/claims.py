@@ -22,6 +22,7 @@ inconclusive, saying why.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,7 +158,18 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
         verdict = ordering_verdict(row["value"])
     if n < MIN_SEEDS:
         return {**row, "verdict": INCONCLUSIVE, "why": f"{n} seeds; a verdict needs {MIN_SEEDS}"}
-    return {**row, "verdict": verdict, "why": ""}
+    return {**row, "verdict": verdict, "why": magnitude(claim.paper_value, row["low"], row["high"])}
+
+
+def magnitude(paper_value: str, low: float | None, high: float | None) -> str:
+    """Where the paper's own ratio (``"1.26x"``) lies against the interval: a claim can hold in its
+    direction and still be far from the paper's size. Empty for values that are not one ratio."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)x", paper_value.strip())
+    if match is None or low is None:
+        return ""
+    value = float(match[1])
+    where = "inside" if low <= value <= high else "above" if value > high else "below"
+    return f"the paper's {value:g}x lies {where} the interval"
 
 
 def table(runs: pd.DataFrame, claims: list[Claim] | None = None) -> pd.DataFrame:

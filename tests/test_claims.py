@@ -108,3 +108,11 @@ def test_every_paper_has_three_claims_and_the_claims_config_builds_their_conditi
                 )
         else:
             assert (ROOT / c.experiment.split()[0]).is_file(), c.id
+
+
+def test_the_papers_own_ratio_is_placed_against_the_interval():
+    """A direction can hold while the size is far from the paper's: the row says where it lies."""
+    assert claims.magnitude("1.26x", 1.28, 1.31) == "the paper's 1.26x lies below the interval"
+    assert claims.magnitude("1.23x", 1.0, 1.04) == "the paper's 1.23x lies above the interval"
+    assert claims.magnitude("1.3x", 1.2, 1.4) == "the paper's 1.3x lies inside the interval"
+    assert claims.magnitude("up to 1.33x (25 % less time)", 1.0, 1.1) == ""
