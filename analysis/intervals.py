@@ -39,8 +39,15 @@ def ratio_interval(numerator, denominator, seed: int = 0) -> tuple[float, float]
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if len(a) == 0 or len(b) == 0:
         return float("nan"), float("nan")
-    if np.all(a == a[0]) and np.all(b == b[0]):
+    fixed_a, fixed_b = bool(np.all(a == a[0])), bool(np.all(b == b[0]))
+    if fixed_a and fixed_b:
         return float(a[0] / b[0]), float(a[0] / b[0])
+    if fixed_a:  # one run, or equal runs: only the other side varies (the bootstrap needs 2 values a side)
+        low, high = median_interval(b, seed)
+        return float(a[0] / high), float(a[0] / low)
+    if fixed_b:
+        low, high = median_interval(a, seed)
+        return float(low / b[0]), float(high / b[0])
     return _interval((a, b), lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis), seed)
 
 

@@ -116,3 +116,10 @@ def test_the_papers_own_ratio_is_placed_against_the_interval():
     assert claims.magnitude("1.23x", 1.0, 1.04) == "the paper's 1.23x lies above the interval"
     assert claims.magnitude("1.3x", 1.2, 1.4) == "the paper's 1.3x lies inside the interval"
     assert claims.magnitude("up to 1.33x (25 % less time)", 1.0, 1.1) == ""
+
+
+def test_a_ratio_interval_with_one_run_on_a_side_resamples_the_other():
+    """DDP 12 s in one run, the algorithm 6 or 8 s (median of a resample: 6, 7 or 8): 12/8 to 12/6."""
+    assert intervals.ratio_interval([12.0], [6.0, 8.0]) == pytest.approx((1.5, 2.0))
+    assert intervals.ratio_interval([6.0, 8.0], [2.0]) == pytest.approx((3.0, 4.0))
+    assert intervals.ratio_interval([3.0], [1.5]) == (2.0, 2.0)
