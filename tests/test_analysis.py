@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import aggregate, figures, papers, plotting, profile, report, scaling, stragglers, tables, traces
+from analysis import aggregate, claims, figures, papers, plotting, profile, report, scaling, stragglers, tables, traces
 from benchmarks import naming
 
 SUITE, TASK, NODES, PPN = "local", "digits", 1, 2
@@ -249,6 +249,10 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
         assert f">{heading}</h2>" in text
     summary = text.split(">Summary</h2>")[1].split("<h2")[0]
     assert "<td>allreduce</td>" in summary and "1.71×" in summary and "7.0" in summary
+    claimed = text.split(">Claims</h2>")[1].split("<h2")[0]  # the report opens with the claims
+    assert text.index(">Claims</h2>") < text.index(">Summary</h2>")
+    assert claimed.count("<tr>") == 1 + len(claims.load())  # none measured by these runs: each says so
+    assert "15 not measured" in claimed and "config/claims.yaml" in claimed
     for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
         assert (results / "tables" / name).stat().st_size > 0
     for stem in [
