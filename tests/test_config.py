@@ -261,3 +261,24 @@ def test_min_lr_is_checked_against_the_scaled_lr(tmp_path):
         "ddp", "digits", 1, 4, 0, tmp_path, ["lr=0.01", "scale_lr=true", "schedule=plateau", "min_lr=0.02"]
     )
     assert scaled.hparams["lr"] == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        p.name for p in (Path(__file__).resolve().parent.parent / "config").glob("*.yaml") if p.name != "schema.yaml"
+    ),
+)
+def test_every_config_resolves_every_run(name):
+    """Every run of every shipped matrix resolves (its keys, values and routing to algorithms), as the
+    Snakefile resolves them before the first job; data roots are checked when a run starts."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    matrices = config.matrices(yaml.safe_load((root / "config" / name).read_text()))
+    for m in matrices:
+        for algorithm in config.available_algorithms(m["algorithms"]):
+            for task in m["tasks"]:
+                sets = config.overrides_for(algorithm, task, m["overrides"])
+                for nodes in m["nodes"]:
+                    config.resolve(algorithm, task, nodes, m["procs_per_node"], 0, Path("x"), sets, check_data=False)
