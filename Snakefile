@@ -16,6 +16,7 @@ names come from benchmarks/naming.py, as in the runner and the analysis.
 
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -24,6 +25,8 @@ from snakemake.utils import validate
 sys.path.insert(0, workflow.basedir)
 from benchmarks import EXIT_TIMEOUT, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
+
+STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
 
 if not config:  # a --configfile replaces the default matrix instead of being merged into it
     config.update(yaml.safe_load(open(Path(workflow.basedir) / "config/config.yaml")))
@@ -72,6 +75,11 @@ wildcard_constraints:
 
 # The analysis is seconds of pandas and matplotlib: on the submitting host, never a cluster job.
 localrules: all, aggregate, tables, figures, report, wandb
+
+
+onstart:  # when this invocation began: the report says how long the workflow took (not on a dry run)
+    Path(STARTED).parent.mkdir(parents=True, exist_ok=True)
+    Path(STARTED).write_text(f"{time.time():.3f}\n")
 
 
 rule all:
@@ -257,4 +265,4 @@ rule report:
         " --time-to-target {input.time_to_target} --scaling {input.scaling} --stragglers {input.stragglers}"
         " --performance-profile {input.performance_profile} --papers {input.papers} --claims {input.claims}"
         " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output}"
-        " --calibration results/calibration/calibration.csv > {log} 2>&1"  # a benchmark's, where present
+        " --calibration results/calibration/calibration.csv --started {STARTED} > {log} 2>&1"  # where present

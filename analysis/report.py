@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from pathlib import Path
 
 import jinja2
@@ -52,6 +53,7 @@ FILES = {
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
     "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
+    "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",
 }
 METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock"]  # the run metadata table: environment, then clock
@@ -381,6 +383,19 @@ def _calibration(path: Path) -> dict | None:
     return {"table": cells(shown), "figure": {"caption": caption, "data": data} if data else None}
 
 
+def workflow_minutes(path: Path, now: float | None = None) -> float | None:
+    """Minutes from the workflow invocation's start (``started.txt``: seconds since the epoch) to
+    ``now``, or None where no workflow wrote the file (the report rendered by hand)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        started = float(path.read_text().strip())
+    except ValueError:
+        return None
+    return ((time.time() if now is None else now) - started) / 60.0
+
+
 def render(files: dict) -> Path:
     """Render ``files["report"]`` from the tables and figures named in ``files``; return its path."""
     runs, curves = aggregate.read_runs(files["runs"]), aggregate.read_curves(files["curves"])
@@ -428,6 +443,7 @@ def render(files: dict) -> Path:
         ],
         dana=_dana(dana.comparison(runs, curves)),
         calibration=_calibration(files["calibration"]),
+        minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
         metadata=cells(metadata_table(runs)),
     )

@@ -610,3 +610,10 @@ def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
     (summary,) = report.summary_table(table).to_dict("records")
     assert summary["fastest to target"] == "a" and summary["tied with it"] == "b"
     assert summary["median time (s)"] == "1.1 [1.0, 1.2]"
+
+
+def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
+    started = tmp_path / "started.txt"
+    started.write_text("1000.0\n")  # seconds since the epoch, as the Snakefile's onstart writes
+    assert report.workflow_minutes(started, now=1000.0 + 519.0) == pytest.approx(8.65)
+    assert report.workflow_minutes(tmp_path / "absent.txt") is None  # rendered by hand: nothing said

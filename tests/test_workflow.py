@@ -135,6 +135,7 @@ def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
     assert ddp["status"] == "completed"
     html = (work / "results/report.html").read_text()
     assert "digits__allreduce__n1x2__s0" in html and "SIGKILL" in html
+    assert re.search(r"The workflow's last invocation took \d+\.\d minutes to this report", html)
     assert (work / "results/tables/time_to_target.md").exists()
     assert (work / "results/figures/tiny__digits__n1x2__metric_vs_time.png").stat().st_size > 1000
 
