@@ -27,12 +27,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from algorithms import accelerator
-from benchmarks import EXIT_TIMEOUT, rundir
+from benchmarks import EXIT_TIMEOUT, recorder, rundir
 from benchmarks.checkpoint import STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
@@ -331,8 +332,11 @@ def exit_process(code: int) -> None:
     the skipped exit handlers did that matters is done here: MPI's finalize, the log's flush.
     """
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():  # OpenMPI's mpirun wants it
-        mpi.Finalize()
+    try:
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():  # OpenMPI's mpirun wants it
+            mpi.Finalize()
+    except Exception as error:  # noqa: BLE001 - after the run's end: a warning, never its exit code
+        print(f"warning: MPI_Finalize failed after the run ended: {error}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
@@ -414,8 +418,16 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
     one stopped at start-up by a time limit a ``timeout`` one, so that every ended run says how.
     """
     cfg.out.mkdir(parents=True, exist_ok=True)
+    before = _stamp(cfg.out / "summary.json")
     code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
     summary = rundir.read_summary(cfg.out)
+    ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / "summary.json") != before
+    if reason and ended:  # every rank was past its last collective: a crash in teardown, not the run's
+        recorder.setup_logging(cfg.out / "log.txt")
+        recorder.logger.warning(
+            "%s after the run's summary was written; the run stands (%s)", reason, summary["status"]
+        )
+        return EXIT_TIMEOUT if summary["status"] == "timeout" else 0
     if reason and summary is None:
         rundir.write_summary(cfg, "failed", error=reason)
     elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
@@ -426,6 +438,14 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
     if reason:
         print(f"error: run failed: {reason}", file=sys.stderr)
     return code
+
+
+def _stamp(path: Path) -> int | None:
+    """When ``path`` was last written (ns), or None: tells this launch's summary from an earlier one's."""
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def rank_environment(rank: int, nodes: int, procs_per_node: int, port: int, threads: int) -> dict[str, str]:

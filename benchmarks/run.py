@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import datetime
 import logging
+import os
 import socket
 import sys
 import time
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
         # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
         if code != 1:
-            dist.destroy_process_group()
+            end_rank(launch.rank)
         if launch.rank != 0 or launch.launcher == "local":  # the local launcher writes the record
             return code
     # The run has ended (or stopped at a time limit, when nothing is written): its wandb record, made
@@ -404,7 +405,31 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
     record.finish(status, fields)
     if master and status != "timeout":  # the summary marks the run done: its checkpoint has served
         checkpoint.remove(cfg.out)
-    return EXIT_TIMEOUT if status == "timeout" else 0
+    code = EXIT_TIMEOUT if status == "timeout" else 0
+    try:  # no rank ends before the run's files are final, so that no crash in its teardown can race them
+        dist.barrier(group=control)
+    except Exception:  # noqa: BLE001 - a rank gone after its summary: the run stands
+        logger.warning("rank %d: a rank left before the run's end: %s", topo.rank, traceback.format_exc())
+    return code
+
+
+def end_rank(rank: int) -> None:
+    """Tear down a rank whose run has ended (summary written, or ``timeout`` with a checkpoint).
+
+    The run's outcome is its files: a failure from here on (the process group's shutdown, or the
+    crash that ``DPB_CRASH_AFTER_SUMMARY=RANK:raise|abort`` injects for the tests) is a warning in the
+    run's log and changes neither its status nor its exit code. A rank that dies of a signal here
+    cannot choose its exit code: the local launcher and the Snakefile then go by the summary.
+    """
+    try:
+        crash = os.environ.get("DPB_CRASH_AFTER_SUMMARY", "")
+        if crash.partition(":")[0] == str(rank):
+            if crash.endswith(":abort"):
+                os.abort()
+            raise RuntimeError(f"crash injected after the summary (DPB_CRASH_AFTER_SUMMARY={crash})")
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        logger.warning("rank %d: teardown failed after the run ended; the run stands: %s", rank, traceback.format_exc())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 LONG = ["--task", "mnist1d", "--set", "epochs=500", "--set", "wandb=false"]
 
@@ -130,3 +132,46 @@ def test_a_hanging_collective_fails_after_the_timeout(tmp_path):
     assert procs[0].returncode != 0 and elapsed < 60
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"]
+
+
+# ---- a finished run stays finished -----------------------------------------------------------------
+
+BIN = Path(sys.executable).parent
+SHORT = ["--algorithm", "ddp", "--task", "digits", "--nodes", "1", "--procs-per-node", "2", "--seed", "1"]
+SHORT += ["--set", "wandb=false", "--set", "epochs=1"]
+
+
+@pytest.mark.parametrize(
+    "how, crash",
+    [
+        ("local", "1:abort"),  # SIGABRT, as "terminate called without an active exception"
+        ("local", "0:raise"),
+        ("torchrun", "1:raise"),  # an exception: the rank still exits 0
+        ("torchrun", "0:abort"),  # a signal: torchrun fails, the run's files do not change
+    ],
+)
+def test_a_crash_after_the_summary_leaves_the_run_finished(tmp_path, how, crash):
+    out = tmp_path / "run"
+    start = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2"] if how == "torchrun" else [sys.executable]
+    result = subprocess.run(
+        [*start, "-m", "benchmarks.run", *SHORT, "--out", str(out)],
+        cwd=ROOT,
+        env=dict(os.environ, DPB_CRASH_AFTER_SUMMARY=crash),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_metric"] is not None, summary
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 2 and not (out / "checkpoint").exists()
+    log = (out / "log.txt").read_text() + result.stderr
+    if crash.endswith("raise"):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "teardown failed after the run ended; the run stands" in log and "crash injected" in log
+    elif how == "local":  # the launcher sees the abort, and the summary this launch wrote
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "rank 1 ended with signal SIGABRT after the run's summary was written" in log
+    else:
+        assert result.returncode != 0  # torchrun reports the signal; the Snakefile goes by the summary
+    assert json.loads((out / "summary.json").read_text()) == summary
