@@ -117,7 +117,8 @@ def _identity(run_dir: Path, config: dict, summary: dict) -> dict:
 
 
 def straggler_label(settings: dict) -> str:
-    """The straggler condition of a run's settings, as one label: ``none``, ``fixed 2×320 ms``, ``gamma 50 ms``.
+    """The straggler condition of a run's settings, as one label: ``none``, ``fixed 2×320 ms``,
+    ``slow 1×20 ms``, ``gamma 50 ms``.
 
     Runs with different labels are different experiments (the report compares their throughput), so
     the label carries every setting that changes the injected delay.
@@ -126,8 +127,8 @@ def straggler_label(settings: dict) -> str:
     delay = float(settings.get("straggler_delay_ms") or 0.0)
     if kind == "none":
         return "none"
-    if kind == "fixed":
-        return f"fixed {int(settings.get('straggler_ranks') or 1)}×{delay:g} ms"
+    if kind in ("fixed", "slow"):
+        return f"{kind} {int(settings.get('straggler_ranks') or 1)}×{delay:g} ms"
     return f"{kind} {delay:g} ms" if delay else kind  # simulated runs: the model, not a delay
 
 

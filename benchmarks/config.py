@@ -20,7 +20,7 @@ import yaml
 import algorithms
 from algorithms import accelerator
 from algorithms.parameter_server import ParameterServer
-from benchmarks import cluster, naming, tasks
+from benchmarks import cluster, naming, stragglers, tasks
 from benchmarks.schedule import SCHEDULES
 
 # Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
@@ -36,9 +36,9 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
     "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by lr_scale() (Goyal et al.)
     "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
-    "straggler": (str, "none"),  # none | fixed | gamma | gamma_het (benchmarks/stragglers.py)
-    "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step
-    "straggler_delay_ms": (float, 0.0),  # fixed: delay of each delayed rank; gamma*: mean delay
+    "straggler": (str, "none"),  # none | fixed | slow | gamma | gamma_het (benchmarks/stragglers.py)
+    "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step; slow: the slow ranks
+    "straggler_delay_ms": (float, 0.0),  # fixed, slow: delay of each delayed rank; gamma*: mean delay
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
@@ -275,8 +275,8 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s['device']!r}")
     if s["wandb_mode"] not in ("offline", "online", "disabled"):
         raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
-    if s["straggler"] not in ("none", "fixed", "gamma", "gamma_het"):
-        raise ConfigError(f"--set straggler: must be none, fixed, gamma or gamma_het, got {s['straggler']!r}")
+    if s["straggler"] not in stragglers.KINDS:
+        raise ConfigError(f"--set straggler: must be one of {', '.join(stragglers.KINDS)}, got {s['straggler']!r}")
     if s["clock"] not in ("wall", "simulated"):
         raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
     if s["clock"] == "simulated":
@@ -286,7 +286,7 @@ def _check_values(config: RunConfig) -> None:
                 f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
                 f"simulated algorithms: {', '.join(simulated)}"
             )
-        if s["straggler"] == "fixed" and algorithms.get(config.algorithm).simulator == "arrivals":
+        if s["straggler"] in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
             raise ConfigError(
                 "--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het"
             )
@@ -300,7 +300,7 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(f"--set sim_network: {error}") from None
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
-    if s["straggler"] == "fixed" and not 0 < s["straggler_ranks"] <= workers:
+    if s["straggler"] in ("fixed", "slow") and not 0 < s["straggler_ranks"] <= workers:
         raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s['straggler_ranks']}")
     if s["straggler_delay_ms"] < 0:
         raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")

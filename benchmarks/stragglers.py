@@ -7,6 +7,9 @@ Kinds (the ``straggler`` setting):
   distinct workers sleep ``delay_ms``; they are drawn from a generator seeded by (seed, step), so every
   rank knows the same set without communicating (our reading of "randomly select two processes at
   every training step"). The paper delays 2 of 64 ranks by 320 ms.
+- ``slow``: the last ``ranks`` workers sleep ``delay_ms`` before every step, for the whole run: a
+  machine that is always slower (a failing node, a throttled GPU), the condition under which the
+  wait-free algorithms should keep their rate and no algorithm may hang.
 - ``gamma`` and ``gamma_het``: DANA's execution-time model (arXiv:1907.11612, App. A.4, Algs. 11-12,
   the CVB method of Ali et al. 2000). Every rank sleeps a gamma-distributed time of mean ``delay_ms``
   before each step.
@@ -27,7 +30,7 @@ import torch
 
 from algorithms import accelerator
 
-KINDS = ("none", "fixed", "gamma", "gamma_het")
+KINDS = ("none", "fixed", "slow", "gamma", "gamma_het")
 TASK_CV = 0.1  # V_task: per-batch variation on one machine (both environments)
 MACHINE_CV = {"gamma": 0.1, "gamma_het": 0.6}  # V_mach: homogeneous, heterogeneous
 
@@ -85,8 +88,8 @@ class Stragglers:
         kind: one of ``KINDS``.
         rank: this rank.
         workers: the ranks that compute gradients (``Algorithm.worker_ranks()``).
-        ranks: delayed workers per step (``fixed``).
-        delay_ms: the delay of each delayed worker (``fixed``) or the mean delay (``gamma*``), in ms.
+        ranks: delayed workers per step (``fixed``), or slow workers (``slow``).
+        delay_ms: the delay of each delayed worker (``fixed``, ``slow``) or the mean delay (``gamma*``), in ms.
         seed: the run's seed.
         device: the rank's device. On a GPU a delayed rank first lets its queued work finish: a
             sleep beside work the GPU had queued anyway would hide the delay.
@@ -108,7 +111,7 @@ class Stragglers:
         workers = list(workers)
         if kind not in KINDS:
             raise ValueError(f"Arg ``straggler`` must be one of {KINDS}, got {kind!r}.")
-        if kind == "fixed" and not 0 < ranks <= len(workers):
+        if kind in ("fixed", "slow") and not 0 < ranks <= len(workers):
             raise ValueError(f"Arg ``straggler_ranks`` must be in 1..{len(workers)} (the workers), got {ranks}.")
         if delay_ms < 0:
             raise ValueError(f"Arg ``straggler_delay_ms`` must be >= 0, got {delay_ms}.")
@@ -121,7 +124,9 @@ class Stragglers:
         self.times = GammaTimes(kind, len(workers), self.delay_s, seed) if kind in MACHINE_CV else None
 
     def delayed(self, step: int) -> list[int]:
-        """The workers delayed at ``step`` by ``fixed`` (identical on every rank)."""
+        """The workers delayed at ``step`` by ``fixed`` or ``slow`` (identical on every rank)."""
+        if self.kind == "slow":
+            return self.workers[-self.ranks :]
         if self.kind != "fixed":
             return []
         return random.Random(self.seed * 1_000_003 + step).sample(self.workers, self.ranks)
@@ -132,7 +137,7 @@ class Stragglers:
         if self.times is not None:
             delays = [self.times.draw(w) for w in range(len(self.workers))]
             self._sleep(delays[self.workers.index(self.rank)])
-        elif self.kind == "fixed" and self.rank in self.delayed(step):
+        elif self.rank in self.delayed(step):
             self._sleep(self.delay_s)
 
     def _sleep(self, seconds: float) -> None:

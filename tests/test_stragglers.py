@@ -28,6 +28,18 @@ def test_a_delayed_rank_sleeps_and_none_never_does():
         Stragglers("lognormal", 0, range(4))
 
 
+def test_slow_delays_the_same_last_workers_at_every_step():
+    workers = [1, 2, 3]  # a parameter server's: rank 0 is the master
+    views = [Stragglers("slow", rank, workers, ranks=2, delay_ms=20, seed=5) for rank in range(4)]
+    assert all(v.delayed(step) == [2, 3] for v in views for step in range(100))
+    start = time.perf_counter()
+    views[3].before_step(0)
+    views[1].before_step(1)
+    assert time.perf_counter() - start >= 0.02 and views[3].delayed_steps == 1 and views[1].delayed_steps == 0
+    with pytest.raises(ValueError, match="1..3"):
+        Stragglers("slow", 1, workers, ranks=0)
+
+
 def test_gamma_delays_are_drawn_alike_on_every_rank_and_slept_by_each():
     """Every rank holds the job's generator: the heterogeneous machine means agree without communication."""
     views = [Stragglers("gamma_het", r, range(4), delay_ms=5.0, seed=3) for r in range(4)]

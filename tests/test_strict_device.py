@@ -147,9 +147,11 @@ DETERMINISTIC = {
 # 1,438 digits / (2 ranks x 16) = 44 steps an epoch; the SIGTERM goes when the first epoch's row is
 # written, and the ranks agree on a stop within 16 steps (checkpoint.StopRequest), so the run stops
 # inside its second epoch: a mid-epoch resume, with the runner's loss sum and the algorithms'
-# messages in flight in the checkpoint (the fixed straggler, one rank sleeping 20 ms a step, keeps
-# the fast algorithms from running past it). Algorithms that run their epochs themselves
-# (owns_loop) stop at the end of the second of three, of batches of 32.
+# messages in flight in the checkpoint. Rank 1 is ten times slower than rank 0 for the whole run
+# (it sleeps 20 ms before every step; a step takes about 2 ms here): every algorithm must complete
+# under it, with no collective timeout (60 s here) and no deadlock, and it keeps the fast algorithms
+# from running past the SIGTERM. Algorithms that run their epochs themselves (owns_loop) stop at
+# the end of the second of three, of batches of 32.
 COMMON = [
     "--task",
     "digits",
@@ -164,10 +166,18 @@ COMMON = [
     "--set",
     "threads=1",
     "--set",
-    "straggler=fixed",
+    "straggler=slow",
     "--set",
     "straggler_delay_ms=20",
+    "--set",
+    "collective_timeout_s=60",
 ]
+# The others' final metric varies from run to run with the timing (who averages with whom when).
+# Over 6 uninterrupted runs of each on the CPU under this command, it spread over 0.017 (AD-PSGD),
+# 0.053 (WAGMA), 0.114 (LAP-SGD: 0.797-0.911) and 0.008 (LPP-SGD; 0.028 with a random slow rank each
+# step). A resumed run must land within that noise of an uninterrupted one: here, within about 1.5-2x
+# the spread, so that a resume that lost or mixed up state (an untrained model scores 0.1) fails.
+NOISE = {"adpsgd": 0.04, "wagma": 0.08, "lap_sgd": 0.17, "lpp_sgd": 0.05}
 
 
 def _epochs(case: str) -> int:
@@ -212,9 +222,6 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
     if not algorithms.get(case.split("-")[0]).owns_loop:
         assert not re.search(r"resumed at epoch \d+ batch 0\b", log), "stopped at an epoch end, not inside one"
 
-    if case not in DETERMINISTIC:  # it trained (an untrained model scores 0.1; 0.8-0.95 on the CPU)
-        assert summary["final_metric"] > 0.5, summary
-        return
     reference = subprocess.run(
         _command(case, tmp_path / "cpu", device="cpu"),
         cwd=ROOT,
@@ -225,6 +232,10 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
     )
     assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
     on_cpu = json.loads((tmp_path / "cpu" / "summary.json").read_text())
+    if case not in DETERMINISTIC:  # trained (an untrained model scores 0.1), as far as an uninterrupted run
+        assert summary["final_metric"] > 0.5, summary
+        assert abs(summary["final_metric"] - on_cpu["final_metric"]) <= NOISE[case], (summary, on_cpu)
+        return
     for key in ("final_metric", "final_train_loss", "steps"):
         assert summary[key] == pytest.approx(on_cpu[key], rel=1e-6, abs=1e-9), key
 

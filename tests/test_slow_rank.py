@@ -1,0 +1,96 @@
+"""Who waits for a slow rank: one rank ten times slower than the other at every step, for every
+algorithm that plugs in after backward.
+
+Each rank computes for ``FAST_S`` a step (slept, so that the 2-core test machine's load does not
+decide the outcome); rank 1 takes ``SLOW_S``, ten times as long, at every step of the run. The
+synchronous algorithms meet the slow rank at every exchange, so their fast rank ends at the slow
+one's pace; the wait-free ones keep their own rate: AD-PSGD's main thread never waits for its
+gossip thread (Lian et al. 2018, Alg. 1), and wait-avoiding WAGMA's group averaging takes a late
+rank's last model instead of waiting for it (Li et al. 2020, Alg. 2) -- between its blocking global
+averages, one every tau = 10 steps, which bound the staleness: over a run, WAGMA's fast ranks wait
+for the slow one at each of them (with one slow rank always the same, as here). No algorithm may hang or
+time out. The parameter server's workers (the asynchronous family, which owns its loop) are timed
+in tests/test_parameter_server.py, LAP/LPP-SGD's in tests/test_lpp_sgd.py; every algorithm's whole
+run with a slow rank is in tests/test_strict_device.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import algorithms
+from algorithms.horovod import Horovod
+from algorithms.topology import Topology
+from benchmarks.tasks import digits
+from tests.distributed import run_on
+
+STEPS, FAST_S = 30, 0.004
+SLOW_S = 10 * FAST_S
+CASES = {
+    "ddp": {},
+    "allreduce": {},
+    "horovod": {},
+    "local_sgd": {"period": 4},
+    "post_local_sgd": {"period": 4},
+    "dpsgd": {},
+    "sgp": {},
+    "sgp-overlap": {"overlap": 1},
+    "daso": {"sync_warmup_epochs": 0, "sync_cooldown_epochs": 0},
+    "wagma-sync": {"mode": "sync", "group_size": 2},
+    "wagma": {"group_size": 2},  # tau = 10: the global average every 10 steps waits for everyone
+    "wagma-between-globals": {"group_size": 2, "global_period": 10 * STEPS},
+    "adpsgd": {},
+}
+WAIT_FREE = {"wagma-between-globals", "adpsgd"}
+if Horovod.unavailable() is not None:
+    del CASES["horovod"]
+
+
+def _time_steps(rank: int, world: int, out: str) -> None:
+    """Every case on the same two processes (start-up dominates); rank 0 saves each rank's seconds."""
+    seconds = {}
+    for case, knobs in CASES.items():
+        torch.manual_seed(0)
+        model = digits.make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        algo = algorithms.build(case.split("-")[0], Topology(rank, nodes=world, procs_per_node=1), **knobs)
+        train_model = algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=STEPS, epochs=2))
+        x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(STEPS):
+            time.sleep(SLOW_S if rank == 1 else FAST_S)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(train_model(x), y).backward()
+            algo.step()
+        mine = time.perf_counter() - start
+        algo.close()
+        both = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(both, torch.tensor([mine], dtype=torch.float64))
+        seconds[case] = [t.item() for t in both]
+    if rank == 0:
+        torch.save(seconds, out)
+        for case, (fast, slow) in seconds.items():
+            print(f"{case:22s} fast rank {fast:.3f} s, slow rank {slow:.3f} s: {fast / slow:.2f}")
+
+
+@pytest.fixture(scope="module")
+def seconds(tmp_path_factory) -> dict[str, list[float]]:
+    out = tmp_path_factory.mktemp("slow") / "seconds.pt"
+    run_on(2, _time_steps, str(out))
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_who_waits_for_a_rank_ten_times_slower(seconds, case):
+    fast, slow = seconds[case]
+    assert slow >= STEPS * SLOW_S
+    share = fast / slow  # the fast rank's time for its steps, as a share of the slow rank's
+    if case in WAIT_FREE:  # its own pace: STEPS x FAST_S and the exchanges, about 0.1-0.3 of the slow rank's
+        assert share < 0.5, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
+    else:  # it waits at every exchange: its last step ends within a step of the slow rank's
+        assert share > 0.8, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
