@@ -22,6 +22,7 @@ in every step.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -282,3 +283,13 @@ class StopRequest:
             self.in_flight.popleft()[0].wait()
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+
+
+@dataclasses.dataclass
+class Loop:
+    """Where the loop stands; a checkpoint saves it whole (with the recorder's state)."""
+
+    epoch: int = 0  # epochs done
+    step: int = 0  # steps per worker done before epoch ``epoch``
+    batches: int = 0  # batches this rank ran
+    samples: int = 0  # samples the job trained on

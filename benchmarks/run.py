@@ -21,10 +21,8 @@ import argparse
 import dataclasses
 import datetime
 import logging
-import os
 import socket
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -34,10 +32,11 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 import algorithms
-from algorithms import accelerator, comm
+from algorithms import comm
 from algorithms.topology import Topology
 from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks, virtual, wandb_records
 from benchmarks import config as config_mod
+from benchmarks.clock import WallClock, loss_accumulator
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule, make_optimizer
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_mod.resolve(
             args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed, args.out, args.overrides
         )
-        _check_out(cfg.out)
+        rundir.refuse_finished(cfg.out)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
         # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
         if code != 1:
-            end_rank(launch.rank)
+            launcher.end_rank(launch.rank)
         if launch.rank != 0 or launch.launcher == "local":  # the local launcher writes the record
             return code
     # The run has ended (or stopped at a time limit, when nothing is written): its wandb record, made
@@ -115,72 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.defer_wandb:
         wandb_records.write_safely(cfg.out)
     return code
-
-
-def _check_out(out: Path) -> None:
-    """Refuse a finished run's directory; a run stopped at a time limit (``timeout``) is resumed."""
-    summary = rundir.read_summary(out)
-    if summary is not None and summary.get("status") != "timeout":
-        hint = " (or delete its summary.json to resume from its checkpoint)" if checkpoint.latest(out) else ""
-        raise ConfigError(
-            f"{out} already holds a finished run (status {summary.get('status')}); "
-            f"pass another --out or delete that folder{hint}"
-        )
-
-
-# How long the ranks may wait for each other at start-up, where they may drift minutes apart (each
-# lists the dataset, ImageNet's 1.28 M files, from a shared file system). Only the start-up barrier
-# waits this long; every other collective, the gloo side channel's included, fails within
-# ``collective_timeout_s``, so that a hang in training fails the run.
-STARTUP_TIMEOUT_S = 3600.0
-
-
-class WallClock:
-    """The runner's clock on a real job (s), read once ``device`` has run the work queued on it: CUDA
-    runs kernels asynchronously, and a reading would otherwise leave out the work queued but not yet
-    run. The virtual cluster's ranks use ``virtual.VirtualClock`` instead, with the same interface."""
-
-    kind = "wall"
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def __call__(self) -> float:
-        accelerator.synchronize(self.device)
-        return time.perf_counter()
-
-    def compute(self) -> None:
-        """A batch's forward and backward took their own time."""
-
-    def evaluate(self, batches: float) -> None:
-        """An evaluation takes its own time."""
-
-    sleep = None  # stragglers sleep for real
-    columns = ()  # metrics.csv's columns of the clock's own (the virtual clock's time breakdown)
-
-    def breakdown(self) -> dict[str, float]:
-        return {}
-
-    def size_messages(self, model: torch.nn.Module) -> None:
-        """Real messages have their real size."""
-
-    def describe(self) -> dict[str, object]:
-        return {}
-
-
-def loss_accumulator(saved: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-    """The epoch's running loss sum on ``device``: zero, or a mid-epoch checkpoint's (loaded on the CPU)."""
-    return torch.zeros((), dtype=torch.float64, device=device) if saved is None else saved.to(device, torch.float64)
-
-
-@dataclasses.dataclass
-class Loop:
-    """Where the loop stands; a checkpoint saves it whole (with the recorder's state)."""
-
-    epoch: int = 0  # epochs done
-    step: int = 0  # steps per worker done before epoch ``epoch``
-    batches: int = 0  # batches this rank ran
-    samples: int = 0  # samples the job trained on
 
 
 def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.VirtualClock | None = None) -> int:
@@ -202,7 +135,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
     torch.set_num_threads(threads)
     now = clock or WallClock(device)
     backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
-    loop, record = Loop(), None
+    loop, record = checkpoint.Loop(), None
     try:
         # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
         timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
@@ -214,7 +147,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         now.size_messages(model)  # the virtual cluster may charge a paper's model size on the wire
         # Every rank has its data and model before the first collective of the default group (the
         # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
-        patience = datetime.timedelta(seconds=max(STARTUP_TIMEOUT_S, s["collective_timeout_s"]))
+        patience = datetime.timedelta(seconds=max(launcher.STARTUP_TIMEOUT_S, s["collective_timeout_s"]))
         if in_virtual:  # no rank can be late to start on the virtual cluster
             dist.barrier(group=control)
         else:
@@ -260,7 +193,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
             resume=resume and resume["record"],
         )
         if resume is not None:
-            loop = Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
+            loop = checkpoint.Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
         if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
             (cfg.out / "summary.json").unlink()
@@ -411,25 +344,6 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
     except Exception:  # noqa: BLE001 - a rank gone after its summary: the run stands
         logger.warning("rank %d: a rank left before the run's end: %s", topo.rank, traceback.format_exc())
     return code
-
-
-def end_rank(rank: int) -> None:
-    """Tear down a rank whose run has ended (summary written, or ``timeout`` with a checkpoint).
-
-    The run's outcome is its files: a failure from here on (the process group's shutdown, or the
-    crash that ``DPB_CRASH_AFTER_SUMMARY=RANK:raise|abort`` injects for the tests) is a warning in the
-    run's log and changes neither its status nor its exit code. A rank that dies of a signal here
-    cannot choose its exit code: the local launcher and the Snakefile then go by the summary.
-    """
-    try:
-        crash = os.environ.get("DPB_CRASH_AFTER_SUMMARY", "")
-        if crash.partition(":")[0] == str(rank):
-            if crash.endswith(":abort"):
-                os.abort()
-            raise RuntimeError(f"crash injected after the summary (DPB_CRASH_AFTER_SUMMARY={crash})")
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001
-        logger.warning("rank %d: teardown failed after the run ended; the run stands: %s", rank, traceback.format_exc())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import naming, tasks
+from benchmarks import checkpoint, naming, tasks
+from benchmarks.config import ConfigError
 
 METRIC_COLUMNS = ["epoch", "step", "samples", "wall_s", "train_loss", "val_loss", "val_metric", "lr", "comm_s"]
 MEASUREMENTS = naming.MEASUREMENTS
@@ -58,6 +59,17 @@ def write_summary(cfg, status: str, **fields: object) -> dict[str, object]:
 def read_summary(out: Path) -> dict[str, object] | None:
     path = Path(out) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def refuse_finished(out: Path) -> None:
+    """Refuse a finished run's directory; a run stopped at a time limit (``timeout``) is resumed."""
+    summary = read_summary(out)
+    if summary is not None and summary.get("status") != "timeout":
+        hint = " (or delete its summary.json to resume from its checkpoint)" if checkpoint.latest(out) else ""
+        raise ConfigError(
+            f"{out} already holds a finished run (status {summary.get('status')}); "
+            f"pass another --out or delete that folder{hint}"
+        )
 
 
 def git_commit() -> dict[str, object]:

@@ -654,7 +654,7 @@ def init_process_group(rank: int, cluster: Cluster) -> None:
 
 
 class VirtualClock:
-    """A rank's clock on the virtual cluster, as the runner reads it (``run.WallClock``'s interface).
+    """A rank's clock on the virtual cluster, as the runner reads it (``clock.WallClock``'s interface).
 
     A batch's forward and backward cost ``sim_step_ms``, or, under the ``gamma``/``gamma_het``
     straggler models, a time drawn from them with that mean (DANA's model, as in

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 import algorithms.ddp
 from algorithms.base import Plan
 from algorithms.topology import Topology
-from benchmarks import checkpoint, launcher, run, tasks
+from benchmarks import checkpoint, clock, launcher, tasks
 from benchmarks.stragglers import Stragglers
 
 
@@ -157,9 +157,9 @@ def test_a_resume_with_loader_workers_replays_the_data_order_and_the_augmentatio
 def test_the_clock_waits_for_the_gpu(monkeypatch):
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
-    run.WallClock(torch.device("cpu"))()
+    clock.WallClock(torch.device("cpu"))()
     assert synced == []
-    run.WallClock(torch.device("cuda", 1))()
+    clock.WallClock(torch.device("cuda", 1))()
     assert synced == [torch.device("cuda", 1)]
 
 
@@ -184,7 +184,7 @@ def test_a_delayed_rank_waits_for_its_gpu_work_before_it_sleeps(monkeypatch, kin
 
 def test_a_resumed_loss_sum_lands_on_the_runs_device():
     saved = torch.tensor(3.5, dtype=torch.float64)  # as checkpoint.load gives it: on the CPU
-    resumed = run.loss_accumulator(saved, torch.device("meta"))
+    resumed = clock.loss_accumulator(saved, torch.device("meta"))
     assert resumed.device.type == "meta" and resumed.dtype == torch.float64 and resumed.shape == ()
-    assert run.loss_accumulator(None, torch.device("meta")).device.type == "meta"
-    assert run.loss_accumulator(saved, torch.device("cpu")).item() == 3.5
+    assert clock.loss_accumulator(None, torch.device("meta")).device.type == "meta"
+    assert clock.loss_accumulator(saved, torch.device("cpu")).item() == 3.5

@@ -114,6 +114,12 @@ def test_no_import_cycle_between_the_suites_modules():
     assert _cycles(graph) == []
 
 
+def test_the_runner_reads_top_to_bottom_in_350_lines_or_fewer():
+    """The training loop stays one short file: setup, the loop, the end (helpers live in their modules)."""
+    lines = len((ROOT / "benchmarks" / "run.py").read_text().splitlines())
+    assert lines <= 350, f"benchmarks/run.py has {lines} lines; move what is not the loop to its module"
+
+
 def test_no_module_uses_a_private_name_of_another():
     modules = _modules()
     borrowed = []
