@@ -43,6 +43,7 @@ REGISTRY: dict[str, str | type[Algorithm]] = {
     "adpsgd": "algorithms.adpsgd:ADPSGD",
     "daso": "algorithms.daso:DASO",
     "wagma": "algorithms.wagma:WAGMA",
+    "diloco": "algorithms.diloco:DiLoCo",
     "lap_sgd": "algorithms.lpp_sgd:LAPSGD",
     "lpp_sgd": "algorithms.lpp_sgd:LPPSGD",
     "asgd": "algorithms.parameter_server:ASGD",

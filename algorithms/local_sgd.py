@@ -51,10 +51,10 @@ class LocalSGD(Algorithm):
 
     @classmethod
     def check(cls, knobs: dict[str, object], hparams: dict[str, object]) -> str | None:
-        if hparams["optimizer"] == "adam" and knobs.get("momentum_mode", "local") != "local":
+        if hparams["optimizer"] != "sgd" and knobs.get("momentum_mode", "local") != "local":
             return (
                 "--set momentum_mode: averaging or resetting momentum needs optimizer=sgd; "
-                "with adam keep momentum_mode=local"
+                "with adam or adamw keep momentum_mode=local"
             )
         return None
 

@@ -237,20 +237,20 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(f"--set lr: must be positive, got {h['lr']}")
     if h["schedule"] not in SCHEDULES:
         raise ConfigError(f"--set schedule: must be one of {', '.join(SCHEDULES)}, got {h['schedule']!r}")
-    if h["optimizer"] not in ("sgd", "adam"):
-        raise ConfigError(f"--set optimizer: must be sgd or adam, got {h['optimizer']!r}")
-    if h["optimizer"] == "adam":
+    if h["optimizer"] not in ("sgd", "adam", "adamw"):
+        raise ConfigError(f"--set optimizer: must be sgd, adam or adamw, got {h['optimizer']!r}")
+    if h["optimizer"] != "sgd":
         if len(h["betas"]) != 2 or not all(0 <= b < 1 for b in h["betas"]):
             raise ConfigError(f"--set betas: must be two numbers in [0, 1), got {h['betas']}")
         if algorithms.get(config.algorithm).sgd_only:  # the virtual cluster runs the run's own optimizer
             raise ConfigError(
-                f"--set optimizer=adam: {config.algorithm} applies its own momentum-SGD rule; "
+                f"--set optimizer={h['optimizer']}: {config.algorithm} applies its own momentum-SGD rule; "
                 f"use optimizer=sgd or another algorithm"
             )
     problem = algorithms.get(config.algorithm).check(config.algorithm_params, h)
     if problem:
         raise ConfigError(problem)
-    if h["optimizer"] == "adam" and h["eps"] < 0:
+    if h["optimizer"] != "sgd" and h["eps"] < 0:
         raise ConfigError(f"--set eps: must not be negative, got {h['eps']}")
     if h["schedule"] == "plateau":
         if not 0 < h["gamma"] < 1:

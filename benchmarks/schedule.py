@@ -110,12 +110,12 @@ class LRSchedule:
 
 
 def make_optimizer(params, h: dict[str, object]) -> torch.optim.Optimizer:
-    """The run's optimizer: SGD with momentum (the papers' image tasks) or Adam (the Transformer's and
-    DD-PPO's); algorithms that average models or gradients apply it after their communication."""
-    if h["optimizer"] == "adam":
-        return torch.optim.Adam(
-            params, lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"], weight_decay=h["weight_decay"]
-        )
+    """The run's optimizer: SGD with momentum (the papers' image tasks), Adam (the Transformer's and
+    DD-PPO's) or AdamW (decoupled weight decay: DiLoCo's inner optimizer); algorithms that average
+    models or gradients apply it after their communication."""
+    if h["optimizer"] in ("adam", "adamw"):
+        adam = torch.optim.AdamW if h["optimizer"] == "adamw" else torch.optim.Adam
+        return adam(params, lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"], weight_decay=h["weight_decay"])
     return torch.optim.SGD(
         params, lr=h["lr"], momentum=h["momentum"], nesterov=h["nesterov"], weight_decay=h["weight_decay"]
     )

@@ -40,6 +40,7 @@ CASES = {
     "sgp": {},
     "sgp-overlap": {"overlap": 1},
     "daso": {"sync_warmup_epochs": 0, "sync_cooldown_epochs": 0},
+    "diloco": {"inner_steps": 4},
     "wagma-sync": {"mode": "sync", "group_size": 2},
     "wagma": {"group_size": 2},  # tau = 10: the global average every 10 steps waits for everyone
     "wagma-between-globals": {"group_size": 2, "global_period": 10 * STEPS},

@@ -123,6 +123,7 @@ CASES = {name: [] for name in algorithms.names() if name != "horovod"} | {
     "wagma": ["--set", "group_size=2"],  # groups of 2 (the default on 2 ranks, sqrt(2) -> 1, exchanges nothing)
     "wagma-sync": ["--set", "mode=sync", "--set", "group_size=2"],
     "daso": ["--set", "sync_warmup_epochs=1", "--set", "sync_cooldown_epochs=0"],
+    "diloco": ["--set", "inner_steps=8"],  # outer steps in flight of the epoch: theta and its momentum saved
 }
 # The same numbers as on the CPU, after the stop and the resume: what the strict device may change
 # is where tensors live, never a value. The others' timing decides who averages with whom when.
@@ -136,6 +137,7 @@ DETERMINISTIC = {
     "sgp-overlap",
     "wagma-sync",
     "daso",
+    "diloco",
     "asgd",
     "nag_asgd",
     "multi_asgd",

@@ -175,7 +175,9 @@ def _rows(out):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("algorithm", ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso"])
+@pytest.mark.parametrize(
+    "algorithm", ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "diloco"]
+)
 def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmark, algorithm):
     """2 nodes x 2, no stragglers, same seed and data order: the simulated run's validation loss at
     every evaluation equals the real 4-process run's (to 1e-4 relative; measured: 2e-7 or better)."""
@@ -184,6 +186,8 @@ def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmar
     common += ["--set", "wandb=false", "--set", f"epochs={epochs}"]
     if algorithm == "daso":
         common += ["--set", "sync_warmup_epochs=1", "--set", "sync_cooldown_epochs=1"]
+    if algorithm == "diloco":  # outer steps every 8 of the 22 steps an epoch
+        common += ["--set", "inner_steps=8"]
     real = run_benchmark(*common, "--out", str(tmp_path / "real"))
     simulated = run_benchmark(*common, "--out", str(tmp_path / "sim"), "--set", "clock=simulated")
     assert real.returncode == 0 and simulated.returncode == 0, simulated.stderr[-2000:]

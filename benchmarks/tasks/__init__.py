@@ -42,7 +42,7 @@ REGISTRY: dict[str, str] = {
 
 # Hyper-parameters every task defines; ``--set`` reaches each of them, type-checked against these.
 HPARAM_KEYS = (
-    "optimizer",  # "sgd" (momentum, nesterov, weight_decay) | "adam" (betas, eps, weight_decay)
+    "optimizer",  # "sgd" (momentum, nesterov, weight_decay) | "adam" | "adamw" (betas, eps, weight_decay)
     "batch_size",  # per worker
     "lr",  # peak learning rate for the whole job (already scaled to the global batch)
     "momentum",
