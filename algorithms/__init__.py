@@ -35,6 +35,7 @@ __all__ = [
 REGISTRY: dict[str, str | type[Algorithm]] = {
     "ddp": "algorithms.ddp:DDP",
     "allreduce": "algorithms.allreduce:AllReduce",
+    "powersgd": "algorithms.powersgd:PowerSGD",
     "horovod": "algorithms.horovod:Horovod",
     "local_sgd": "algorithms.local_sgd:LocalSGD",
     "post_local_sgd": "algorithms.local_sgd:PostLocalSGD",

@@ -88,6 +88,9 @@ CASES = {
     # the one algorithm the strict device cannot run: Horovod's own background thread and rendezvous,
     # started again by the resumed run
     "horovod": ["--algorithm", "horovod", "--nodes", "1", "--procs-per-node", "2"],
+    # PyTorch's PowerSGD hook, compressing from step 10: its error feedback, warm-start matrices and
+    # random generator in the checkpoint, laid out again for the resumed process's buckets
+    "powersgd": ["--algorithm", "powersgd", "--nodes", "1", "--procs-per-node", "2", "--set", "start_powerSGD_iter=10"],
 }
 
 
@@ -143,9 +146,14 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed"
     # Bit-identical on this path: with 2 ranks, gloo's all-reduce is a + b, the same in any order.
+    # PowerSGD's resumed process puts each gradient at another place of its bucket for one step
+    # (DDP's first layout) and rounds differently: 4e-9 after that step (tests/test_powersgd.py),
+    # grown to 2e-3 of the training loss two epochs later.
+    near = {"final_metric": 0.01, "best_metric": 0.01, "final_train_loss": 0.01} if case == "powersgd" else {}
     for key in ("final_metric", "best_metric", "final_train_loss", "steps", "samples", "epochs", "epochs_to_target"):
-        assert summary[key] == reference[key], key
-    assert _metrics(out) == _metrics(tmp_path / "whole"), "metrics.csv: rows appended, the same numbers"
+        assert summary[key] == pytest.approx(reference[key], rel=near.get(key, 0.0)), key
+    if not near:
+        assert _metrics(out) == _metrics(tmp_path / "whole"), "metrics.csv: rows appended, the same numbers"
     assert not (out / "checkpoint").exists(), "a completed run deletes its checkpoint"
     assert _digest(tmp_path / "whole") == before
 

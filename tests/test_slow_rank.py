@@ -33,6 +33,7 @@ SLOW_S = 10 * FAST_S
 CASES = {
     "ddp": {},
     "allreduce": {},
+    "powersgd": {"start_powerSGD_iter": 2},
     "horovod": {},
     "local_sgd": {"period": 4},
     "post_local_sgd": {"period": 4},

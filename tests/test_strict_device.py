@@ -116,7 +116,9 @@ def _on_strict_group(rank: int, world: int) -> None:
 
 # Each algorithm with its default knobs, where digits allows them; and the modes with state of their
 # own: SGP with a message in flight, WAGMA's blocking butterfly, DASO past its warm-up (sends in flight).
-CASES = {name: [] for name in algorithms.names() if name != "horovod"} | {
+# Not here: Horovod (its own C++ communication), PowerSGD (PyTorch's hook forks the RNG of every
+# device, which this stand-in does not provide): tests/test_resume.py resumes both on the CPU.
+CASES = {name: [] for name in algorithms.names() if name not in ("horovod", "powersgd")} | {
     "lap_sgd": ["--set", "updaters=2"],
     "lpp_sgd": ["--set", "updaters=2"],  # 4 leave a block empty
     "sgp-overlap": ["--set", "overlap=1"],
