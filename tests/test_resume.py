@@ -25,9 +25,10 @@ from benchmarks.tasks import digits
 from tests.distributed import run_on, stop_after_first_epoch
 
 ROOT = Path(__file__).resolve().parent.parent
-# 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). The fixed straggler
-# (one rank sleeps 10 ms each step; no effect on the numbers) makes an epoch last long enough for
-# the SIGTERM, sent after the first evaluation, to land inside the run.
+# 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). Rank 1 is ten times
+# slower than rank 0 for the whole run (it sleeps 20 ms before each step of about 2 ms; no effect on
+# the numbers): every algorithm here completes under it within a 60 s collective timeout, and an
+# epoch lasts long enough for the SIGTERM, sent after the first evaluation, to land inside the run.
 COMMON = [
     "--task",
     "digits",
@@ -40,9 +41,11 @@ COMMON = [
     "--set",
     "epochs=4",
     "--set",
-    "straggler=fixed",
+    "straggler=slow",
     "--set",
-    "straggler_delay_ms=10",
+    "straggler_delay_ms=20",
+    "--set",
+    "collective_timeout_s=60",
 ]
 CASES = {
     # the plain path: identical models, optimizer momentum, lr schedule, data order
