@@ -12,8 +12,9 @@ share of a step spent communicating (1 - ratio). Samples count the workers only:
 server's master computes no gradient, and its rate is the gradients it applied per second. Repeat ``--repeats`` times and compare ratios
 within one invocation: on a shared 2-core machine absolute numbers move by ±20 %. The timed steps
 form one epoch, so schedule-driven algorithms are measured in their steady state: post-local SGD
-after its switch, and DASO in its cycling phase (the default ``--set`` turns its blocking warm-up
-and cool-down off; a ``--set`` key goes to the algorithms that know it).
+after its switch, DASO in its cycling phase (the default ``--set`` turns its blocking warm-up and
+cool-down off), PowerSGD compressing from its second step and DiLoCo averaging every 10 steps; a
+``--set`` key goes to the algorithms that know it.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         dest="overrides",
         action="append",
         metavar="KEY=VALUE",
-        default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0"],
+        # the steady state: DASO cycling, PowerSGD compressing, DiLoCo's outer steps within the timed ones
+        default=["sync_warmup_epochs=0", "sync_cooldown_epochs=0", "start_powerSGD_iter=2", "inner_steps=10"],
     )
     args = p.parse_args(argv)
     args.knobs = {}
