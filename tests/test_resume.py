@@ -25,8 +25,8 @@ from benchmarks.tasks import digits
 from tests.distributed import run_on, stop_after_first_epoch
 
 ROOT = Path(__file__).resolve().parent.parent
-# 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). Rank 1 is ten times
-# slower than rank 0 for the whole run (it sleeps 20 ms before each step of about 2 ms; no effect on
+# 4 epochs of digits on 2 ranks, deterministic on CPU (one thread per rank). Rank 1 is slower than
+# rank 0 for the whole run (it sleeps 20 ms before each step, about 4x a step's compute; no effect on
 # the numbers): every algorithm here completes under it within a 60 s collective timeout, and an
 # epoch lasts long enough for the SIGTERM, sent after the first evaluation, to land inside the run.
 COMMON = [

@@ -151,10 +151,11 @@ DETERMINISTIC = {
 # 1,438 digits / (2 ranks x 16) = 44 steps an epoch; the SIGTERM goes when the first epoch's row is
 # written, and the ranks agree on a stop within 16 steps (checkpoint.StopRequest), so the run stops
 # inside its second epoch: a mid-epoch resume, with the runner's loss sum and the algorithms'
-# messages in flight in the checkpoint. Rank 1 is ten times slower than rank 0 for the whole run
-# (it sleeps 20 ms before every step; a step takes about 2 ms here): every algorithm must complete
-# under it, with no collective timeout (60 s here) and no deadlock, and it keeps the fast algorithms
-# from running past the SIGTERM. Algorithms that run their epochs themselves (owns_loop) stop at
+# messages in flight in the checkpoint. Rank 1 is slower than rank 0 for the whole run: it sleeps
+# 20 ms before every step, about 4x the step's compute (5.2 ms here, batch 16, one thread); every
+# algorithm must complete under it, with no collective timeout (60 s here) and no deadlock, and it
+# keeps the fast algorithms from running past the SIGTERM. (Ten times slower, who waits:
+# tests/test_slow_rank.py; here it would cost CI about 3 minutes more.) Algorithms that run their epochs themselves (owns_loop) stop at
 # the end of the second of three, of batches of 32.
 COMMON = [
     "--task",
