@@ -107,11 +107,11 @@ class PowerSGD(DDP):
         return powersgd.powerSGD_hook(state, bucket)
 
     def _rank(self, k: int) -> int:
-        """The rank parameter ``k``'s gradient is compressed to, 0 if it is sent whole: the rule of
-        ``powerSGD_hook``'s step I (the gradient as a matrix of shape[0] rows)."""
+        """The rank parameter ``k``'s gradient is compressed to, 0 if it is sent whole: as
+        ``powerSGD_hook``'s step I decides, with its own test (the gradient as a matrix of shape[0] rows)."""
         n, m = (self.shapes[k][0] if self.shapes[k] else 1), self._columns(k)
         r = min(n, m, self.rank_r)
-        return r if (n + m) * r * self.min_rate < n * m else 0
+        return r if powersgd._should_compress(n, m, r, self.min_rate)[0] else 0
 
     def _cut(self) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """The state of every bucket (error feedback, warm-start Q) cut into its parameters' pieces,

@@ -217,8 +217,19 @@ def test_adpsgd_pairwise_averaging_keeps_the_sum():
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["local_sgd", "post_local_sgd", "dpsgd", "sgp", "adpsgd"])
-def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name):
+@pytest.mark.parametrize(
+    "name, sets",
+    [
+        ("local_sgd", []),
+        ("post_local_sgd", []),
+        ("dpsgd", []),
+        ("sgp", []),
+        ("adpsgd", []),
+        ("diloco", ["inner_steps=8"]),  # about 3 outer steps an epoch (the paper's H=500 is past the run)
+        ("powersgd", ["start_powerSGD_iter=10"]),  # compressing from step 10 (PyTorch's default: 1000)
+    ],
+)
+def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name, sets):
     out = tmp_path / name
     result = subprocess.run(
         [
@@ -239,6 +250,7 @@ def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name):
             str(out),
             "--set",
             "wandb=false",
+            *[x for item in sets for x in ("--set", item)],
         ],
         cwd=ROOT,
         capture_output=True,
@@ -248,7 +260,7 @@ def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["time_to_target_s"] is not None, summary
-    if algorithms.get(name).overlaps_comm:  # AD-PSGD's exchanges run beside the computation
+    if algorithms.get(name).overlaps_comm:  # AD-PSGD's exchanges, PowerSGD's buckets run beside the computation
         assert summary["comm_share"] is None
     else:
         assert 0 < summary["comm_share"] < 1

@@ -52,8 +52,8 @@ if Horovod.unavailable() is not None:
     del CASES["horovod"]
 
 
-def _time_steps(rank: int, world: int, out: str) -> None:
-    """Every case on the same two processes (start-up dominates); rank 0 saves each rank's seconds."""
+def _time_steps(rank: int, world: int) -> dict[str, list[float]]:
+    """Each case's seconds on every rank, the cases one after the other on the same two processes."""
     seconds = {}
     for case, knobs in CASES.items():
         torch.manual_seed(0)
@@ -71,18 +71,22 @@ def _time_steps(rank: int, world: int, out: str) -> None:
             algo.step()
         mine = time.perf_counter() - start
         algo.close()
-        both = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(both, torch.tensor([mine], dtype=torch.float64))
-        seconds[case] = [t.item() for t in both]
+        seconds[case] = _every_ranks(mine, world)
+    return seconds
+
+
+def _every_ranks(mine: float, world: int) -> list[float]:
+    both = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(both, torch.tensor([mine], dtype=torch.float64))
+    return [t.item() for t in both]
+
+
+def _time_all(rank: int, world: int, out: str) -> None:
+    seconds = {**_time_steps(rank, world), **_time_lap_epochs(rank, world)}
     if rank == 0:
         torch.save(seconds, out)
         for case, (fast, slow) in seconds.items():
             print(f"{case:22s} fast rank {fast:.3f} s, slow rank {slow:.3f} s: {fast / slow:.2f}")
-
-
-def _time_all(rank: int, world: int, out: str) -> None:
-    _time_steps(rank, world, out)
-    _time_lap_epochs(rank, world, out + ".lap")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +94,7 @@ def seconds(tmp_path_factory) -> dict[str, list[float]]:
     """Every case on one pair of processes (start-up dominates the time)."""
     out = tmp_path_factory.mktemp("slow") / "seconds.pt"
     run_on(2, _time_all, str(out))
-    return {**torch.load(out), **torch.load(str(out) + ".lap")}
+    return torch.load(out)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -104,7 +108,7 @@ def test_who_waits_for_a_rank_ten_times_slower(seconds, case):
         assert share > 0.8, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
 
 
-def _time_lap_epochs(rank: int, world: int, out: str) -> None:
+def _time_lap_epochs(rank: int, world: int) -> dict[str, list[float]]:
     """LAP/LPP-SGD (they own their loop): one epoch of STEPS batches, rank 1 slowed by ``slow``."""
     from types import SimpleNamespace
 
@@ -131,13 +135,8 @@ def _time_lap_epochs(rank: int, world: int, out: str) -> None:
         algo.train_epoch(epoch)
         mine = time.perf_counter() - start
         algo.close()
-        both = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(both, torch.tensor([mine], dtype=torch.float64))
-        seconds[name] = [t.item() for t in both]
-    if rank == 0:
-        torch.save(seconds, out)
-        for case, (fast, slow_s) in seconds.items():
-            print(f"{case:22s} fast rank {fast:.3f} s, slow rank {slow_s:.3f} s: {fast / slow_s:.2f}")
+        seconds[name] = _every_ranks(mine, world)
+    return seconds
 
 
 @pytest.mark.parametrize("name", ["lap_sgd", "lpp_sgd"])
