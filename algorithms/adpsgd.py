@@ -147,14 +147,14 @@ class ADPSGD(Algorithm):
                 exchanged_after = self.step_count
                 partner = self.rng.choice(self.neighbours)
                 snapshot = self._current()
-                dist.send(self._message(snapshot), dst=partner, group=self.group)
+                comm.send(self._message(snapshot), dst=partner, group=self.group)
                 dist.recv(buffer, src=partner, group=self.group)
                 self._collect(snapshot, buffer[1:].to(snapshot.device))
             if self.stopping:
                 break
         done = torch.zeros(self.published.numel() + 1, dtype=self.published.dtype)  # first element _DONE
         for partner in self.neighbours:
-            dist.send(done, dst=partner, group=self.group)
+            comm.send(done, dst=partner, group=self.group)
 
     def _passive(self) -> None:
         buffer = torch.empty(self.published.numel() + 1, dtype=self.published.dtype)  # host, for gloo
@@ -165,7 +165,7 @@ class ADPSGD(Algorithm):
                 done += 1
                 continue
             snapshot = self._current()
-            dist.send(self._message(snapshot), dst=source, group=self.group)
+            comm.send(self._message(snapshot), dst=source, group=self.group)
             self._collect(snapshot, buffer[1:].to(snapshot.device))
 
     def close(self) -> None:

@@ -1,8 +1,24 @@
-"""Collectives shared by the algorithms: fused (flat) averaging, broadcast and copies in and out."""
+"""Collectives shared by the algorithms: fused (flat) averaging, broadcast and copies in and out,
+and the count of the bytes each rank sends.
+
+Every message an algorithm sends goes through this module's ``all_reduce``, ``broadcast``, ``send``,
+``isend`` and ``batch_isend_irecv``, which count its bytes and hand it to ``torch.distributed``
+unchanged. A collective counts what the algorithm of its cost model sends from each rank
+(``benchmarks/cluster.py`` charges time for the same bytes): a ring all-reduce of n bytes over p
+ranks sends 2(p-1)/p n from each; a binomial-tree broadcast sends p-1 messages of n bytes, counted
+as (p-1)/p n on each rank, so that the mean over ranks is exact; a point-to-point message counts n
+on its sender. Where a library sends for the algorithm (DDP's and PowerSGD's buckets, Horovod's
+fused tensors), the algorithm's class counts what the buckets or hook send, with ``count``. What
+the runner sends (clock readings, stop flags, evaluation, checkpoints) is not the algorithm's:
+it runs under ``uncounted()``, or calls ``torch.distributed`` directly.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import defaultdict
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -31,6 +47,103 @@ def side_backend() -> str:
     return "virtual" if dist.is_initialized() and dist.get_backend() == "virtual" else "gloo"
 
 
+# -- bytes sent ------------------------------------------------------------------------------------
+_sent: dict[int, float] = defaultdict(float)  # global rank -> bytes (one key per process; P on the virtual cluster)
+_sent_lock = threading.Lock()  # a real lock, held for an addition only: never across a wait
+_uncounted = threading.local()
+_message_scale = 1.0
+
+
+def ring_allreduce_bytes(nbytes: float, p: int) -> float:
+    """What each of ``p`` ranks sends in a ring all-reduce of ``nbytes``: reduce-scatter then
+    all-gather, 2(p-1) messages of n/p bytes (the bandwidth-optimal algorithm of NCCL, gloo's ring,
+    Horovod)."""
+    return 2.0 * (p - 1) * nbytes / p
+
+
+def broadcast_bytes(nbytes: float, p: int) -> float:
+    """Each rank's share of a broadcast of ``nbytes`` to ``p`` ranks: p-1 messages of n bytes in all."""
+    return (p - 1) * nbytes / p
+
+
+def tensor_bytes(tensors: torch.Tensor | list[torch.Tensor]) -> int:
+    if isinstance(tensors, torch.Tensor):
+        return tensors.numel() * tensors.element_size()
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def count(nbytes: float) -> None:
+    """Add ``nbytes`` to what this rank has sent (times the virtual cluster's message scale)."""
+    if getattr(_uncounted, "depth", 0):
+        return
+    with _sent_lock:
+        _sent[_rank()] += nbytes * _message_scale
+
+
+def sent_bytes() -> float:
+    """The bytes this rank has sent since its run started (``set_sent_bytes``)."""
+    with _sent_lock:
+        return _sent[_rank()]
+
+
+def set_sent_bytes(value: float) -> None:
+    """Start this rank's count at ``value``: 0 for a new run, the checkpoint's count on a resume."""
+    with _sent_lock:
+        _sent[_rank()] = float(value)
+
+
+def set_message_scale(scale: float) -> float:
+    """Count every message as ``scale`` times its bytes, as the virtual cluster charges them when it
+    stands a small model in for a paper's (``sim_model_mb``); return the scale it replaces."""
+    global _message_scale
+    previous, _message_scale = _message_scale, scale
+    return previous
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Messages this thread sends inside are not the algorithm's (evaluation, checkpoints)."""
+    _uncounted.depth = getattr(_uncounted, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _uncounted.depth -= 1
+
+
+def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group: dist.ProcessGroup | None = None, async_op=False):
+    """``dist.all_reduce``, counted as a ring all-reduce."""
+    count(ring_allreduce_bytes(tensor_bytes(tensor), dist.get_world_size(group)))
+    return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
+
+
+def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None, async_op=False):
+    """``dist.broadcast``, counted as each rank's share of a broadcast."""
+    count(broadcast_bytes(tensor_bytes(tensor), dist.get_world_size(group)))
+    return dist.broadcast(tensor, src=src, group=group, async_op=async_op)
+
+
+def send(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = None, tag: int = 0) -> None:
+    """``dist.send``, counted on the sender."""
+    count(tensor_bytes(tensor))
+    dist.send(tensor, dst=dst, group=group, tag=tag)
+
+
+def isend(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = None, tag: int = 0):
+    """``dist.isend``, counted on the sender."""
+    count(tensor_bytes(tensor))
+    return dist.isend(tensor, dst=dst, group=group, tag=tag)
+
+
+def batch_isend_irecv(ops: list[dist.P2POp]) -> list:
+    """``dist.batch_isend_irecv``, its sends counted on the sender."""
+    count(sum(tensor_bytes(op.tensor) for op in ops if op.op is dist.isend))
+    return dist.batch_isend_irecv(ops)
+
+
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One contiguous copy of ``tensors``: one message instead of one per tensor."""
     return torch.cat([t.reshape(-1) for t in tensors])
@@ -53,7 +166,7 @@ def flat_average_(tensors: list[torch.Tensor], group: dist.ProcessGroup | None =
     if not tensors:
         return
     flat = flatten(tensors).div_(dist.get_world_size(group))
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     unflatten_into(flat, tensors)
 
 
@@ -62,5 +175,5 @@ def broadcast_(tensors: list[torch.Tensor], src: int = 0, group: dist.ProcessGro
     if not tensors:
         return
     flat = flatten(tensors)
-    dist.broadcast(flat, src=src, group=group)
+    broadcast(flat, src=src, group=group)
     unflatten_into(flat, tensors)

@@ -18,8 +18,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from algorithms import comm
 from algorithms.base import Algorithm, Plan
 from algorithms.comm import broadcast_, flatten, unflatten_into
+from algorithms.ddp import BucketBytes
 from algorithms.topology import Topology
 
 DOWNCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -209,6 +211,7 @@ class DASO(Algorithm):
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, process_group=self.node_group)
+        self.node_bytes = BucketBytes(self.ddp)  # what the node-local DDP sends
         super().prepare(model, optimizer, plan)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.n_params = sum(p.numel() for p in self.params)
@@ -217,6 +220,7 @@ class DASO(Algorithm):
         return self.ddp
 
     def step(self) -> None:
+        self.node_bytes.step()
         self.optimizer.step()
         events, self.rot, self.pending = batch_events(
             self.t,
@@ -245,7 +249,7 @@ class DASO(Algorithm):
         if self._mine(event.k):
             buffer = flatten([p.data for p in self.params])  # fp32: casting would delay the send
             works = [
-                dist.all_reduce(c, group=self.cross_groups[event.k], async_op=True)
+                comm.all_reduce(c, group=self.cross_groups[event.k], async_op=True)
                 for c in buffer.split(self.chunk_size)
             ]
             self.in_flight[self.t] = (works, buffer)
@@ -266,7 +270,7 @@ class DASO(Algorithm):
         if self._mine(event.k):
             if event.low_precision:  # pack in 16 bits, sum in 16 bits as Heat's MPI op, then cast back
                 buffer = flatten([p.data for p in self.params]).to(self.downcast)
-                dist.all_reduce(buffer, group=self.cross_groups[event.k])
+                comm.all_reduce(buffer, group=self.cross_groups[event.k])
             else:  # the blocking receive of the send this batch started
                 works, buffer = self.in_flight.pop(self.t)
                 for work in works:

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import comm
 from algorithms.base import Algorithm
 from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, mixing_matrix
@@ -77,7 +78,7 @@ class DPSGD(Algorithm):
         ops = [dist.P2POp(dist.isend, own, j) for j in self.weights]
         ops += [dist.P2POp(dist.irecv, received[j], j) for j in self.weights]
         if ops:
-            for work in dist.batch_isend_irecv(ops):
+            for work in comm.batch_isend_irecv(ops):
                 work.wait()
         return own, received
 

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import comm
 from algorithms.base import Algorithm, Plan
 from algorithms.topology import Topology
 
@@ -103,6 +104,7 @@ class Horovod(Algorithm):
         # and seeds momentum with wd p: an update no other baseline makes.
         if optimizer.state:
             hvd.broadcast_optimizer_state(self.hvd_optimizer, root_rank=0)
+        self._count_start(model, optimizer)
         logger.info(
             "horovod: %d ranks, %s controller, %s gradients",
             hvd.size(),
@@ -110,6 +112,17 @@ class Horovod(Algorithm):
             "fp16" if self.fp16_compression else "fp32",
         )
         return super().prepare(model, optimizer, plan)
+
+    def _count_start(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Count what Horovod sent at the start (``comm``'s rule: its messages leave from its own
+        thread, past the suite's collectives), and what it will send each step: every gradient,
+        all-reduced in float16 or as it is."""
+        p = self.hvd.size()
+        state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        comm.count(comm.broadcast_bytes(comm.tensor_bytes([*model.state_dict().values(), *state]), p))
+        grads = [q for q in model.parameters() if q.requires_grad]
+        size = sum(q.numel() * (2 if self.fp16_compression else q.element_size()) for q in grads)
+        self.step_bytes = comm.ring_allreduce_bytes(size, p)
 
     def _share_state(self, optimizer: torch.optim.Optimizer) -> None:
         """Make the wrapped optimizer use the runner's ``param_groups`` and ``state`` objects.
@@ -127,6 +140,7 @@ class Horovod(Algorithm):
             self._share_state(self.optimizer)
         # Horovod's step: wait for the all-reduces started during backward, then the local update.
         self.hvd_optimizer.step()
+        comm.count(self.step_bytes)
         # The runner's lr scheduler watches its own optimizer's step() and would warn that it never
         # ran; the update it tracks is the one just made, so set the flag its step() wrapper sets.
         self.optimizer._opt_called = True

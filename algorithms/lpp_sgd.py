@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from algorithms import accelerator
+from algorithms import accelerator, comm
 from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.comm import flatten
 from algorithms.hogwild import (
@@ -167,7 +167,7 @@ class LAPSGD(LoopAlgorithm):
             while True:  # the averager's loop, beside the feed
                 s = pool.updates()
                 state = torch.tensor([s, -self.last], dtype=torch.float64, device=device)
-                dist.all_reduce(state, op=dist.ReduceOp.MAX)  # the same decision on every worker
+                comm.all_reduce(state, op=dist.ReduceOp.MAX)  # the same decision on every worker
                 s_max, last_min = state[0].item(), -state[1].item()
                 if s_max >= target:
                     break
@@ -251,7 +251,7 @@ class LAPSGD(LoopAlgorithm):
         snapshot = flatten(live)  # v^{q,j}: the updaters keep writing into ``live`` meanwhile
         start = self._timed_start()
         average = snapshot / self.topology.world_size  # divide first, as ``flat_average_``
-        dist.all_reduce(average)
+        comm.all_reduce(average)
         self._timed_stop(start)
         apply_average_(live, snapshot, average)
         self.rounds += 1

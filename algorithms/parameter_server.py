@@ -249,7 +249,7 @@ class ParameterServer(LoopAlgorithm):
     def _reply(self, i: int, vector: Tensor, stop: bool = False) -> None:
         """Send worker ``i`` its next vector and the stream position of its next batch."""
         position = [STOP, STOP] if stop else divmod(float(self.handed), _HALF)
-        dist.send(torch.cat([vector, torch.tensor(position)]), dst=i + 1, group=self.group)
+        comm.send(torch.cat([vector, torch.tensor(position)]), dst=i + 1, group=self.group)
         self.replies[i] += 1
         self.handed += not stop
 
@@ -300,7 +300,7 @@ class ParameterServer(LoopAlgorithm):
                         torch.cat([b.detach().reshape(-1).float().cpu() for b in _float_buffers(self.model)])
                     )
                 start = time.perf_counter()
-                dist.send(message, dst=0, group=self.group)  # gloo returns once the master takes it
+                comm.send(message, dst=0, group=self.group)  # gloo returns once the master takes it
                 with self.cond:
                     self.batches_done += 1
                     self.sent += 1

@@ -8,8 +8,9 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 
+from algorithms import comm
 from algorithms.base import Plan
-from algorithms.ddp import DDP, device_ids
+from algorithms.ddp import DDP, BucketBytes, device_ids
 from algorithms.topology import Topology
 
 _SLOTS = [slot for slot in powersgd.PowerSGDState.__slots__ if slot not in ("process_group", "rng")]
@@ -32,7 +33,9 @@ class PowerSGD(DDP):
     iteration. So the state is cut into the parameters' pieces whenever the layout changes and for
     the checkpoint (with the iteration and the generator of the random Q), and put together again
     in the order of the bucket that asks for it: a resumed run follows the uninterrupted one bit
-    for bit (tested). The virtual cluster does not run it yet (it times DDP with a comm hook of its own).
+    for bit (tested). On the virtual cluster the hook's messages start after the batch's whole
+    backward pass: they do not overlap it, as a bucket's would on a GPU (the embedded models fill one
+    bucket, which is sent at the end of backward anyway).
 
     Args:
         matrix_approximation_rank: r (the paper's ResNet-18/CIFAR-10 choice: 2; PyTorch's default 1).
@@ -50,7 +53,7 @@ class PowerSGD(DDP):
             algo.step()
     """
 
-    simulator = None
+    simulator = "virtual"
 
     def __init__(
         self,
@@ -76,6 +79,7 @@ class PowerSGD(DDP):
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         self.ddp = DistributedDataParallel(model, device_ids=device_ids(model), bucket_cap_mb=self.bucket_cap_mb)
+        self.sent = BucketBytes(self.ddp, buckets=False)  # the hook counts what it sends
         self.shapes = [p.shape for p in model.parameters()]
         self.index = {p: k for k, p in enumerate(model.parameters())}
         self.layout: dict[int, list[int]] = {}  # bucket index -> its parameters' indices, as last seen
@@ -104,7 +108,13 @@ class PowerSGD(DDP):
             if self.pending is not None:
                 self._lay_out(i, params, bucket.buffer())
         self.layout[i] = params
-        return powersgd.powerSGD_hook(state, bucket)
+        # What the hook sends, all of it by ring all-reduce: the bucket whole before PowerSGD starts;
+        # after, the low-rank P and Q and the tensors it leaves uncompressed, which it counts itself.
+        whole, before = state.iter < state.start_powerSGD_iter, state.total_numel_after_compression
+        future = powersgd.powerSGD_hook(state, bucket)
+        numel = bucket.buffer().numel() if whole else state.total_numel_after_compression - before
+        comm.count(comm.ring_allreduce_bytes(numel * bucket.buffer().element_size(), self.sent.p))
+        return future
 
     def _rank(self, k: int) -> int:
         """The rank parameter ``k``'s gradient is compressed to, 0 if it is sent whole: as

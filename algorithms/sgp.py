@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from algorithms import comm
 from algorithms.base import Algorithm
 from algorithms.comm import flatten, unflatten_into
 from algorithms.topology import Topology, exponential_offsets, exponential_peers
@@ -116,7 +117,7 @@ class SGP(Algorithm):
         buffers = [torch.empty_like(message) for _ in in_peers]
         ops = [dist.P2POp(dist.isend, message, j) for j in out_peers]
         ops += [dist.P2POp(dist.irecv, buf, j) for j, buf in zip(in_peers, buffers)]
-        self.in_flight.append((self.step_count, dist.batch_isend_irecv(ops), buffers))
+        self.in_flight.append((self.step_count, comm.batch_isend_irecv(ops), buffers))
         state = message.clone()
         while self.in_flight and self.in_flight[0][0] <= self.step_count - self.overlap:
             state += self._consume()

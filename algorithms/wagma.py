@@ -189,7 +189,7 @@ class WAGMA(Algorithm):
             message = torch.tensor([float(t)], dtype=torch.float64)
             self.sends = [w for w in self.sends if not w.is_completed()]
             self.sends += [
-                dist.isend(message, dst=j, group=self.act_group, tag=_ACT)
+                comm.isend(message, dst=j, group=self.act_group, tag=_ACT)
                 for j in range(self.topology.world_size)
                 if j != self.topology.rank
             ]
@@ -209,7 +209,7 @@ class WAGMA(Algorithm):
             peer, incoming = self.topology.rank ^ mask, torch.empty_like(acc)
             # Both peers send first. Posted as one group (ncclGroupStart/End under NCCL): NCCL's send
             # of a large message waits for the peer's receive, so two sends posted alone deadlock.
-            works = dist.batch_isend_irecv(
+            works = comm.batch_isend_irecv(
                 [
                     dist.P2POp(dist.isend, acc, peer, group, tag=_DATA),
                     dist.P2POp(dist.irecv, incoming, peer, group, tag=_DATA),
@@ -285,7 +285,7 @@ class WAGMA(Algorithm):
             return
         stop = torch.tensor([_STOP], dtype=torch.float64)
         self.sends += [
-            dist.isend(stop, dst=j, group=self.act_group, tag=_ACT)
+            comm.isend(stop, dst=j, group=self.act_group, tag=_ACT)
             for j in range(self.topology.world_size)
             if j != self.topology.rank
         ]

@@ -64,6 +64,7 @@ METRIC_COLUMNS = [
     "val_metric",
     "lr",
     "comm_s",
+    "sent_mb",
 ]
 _INTEGER = ["nodes", "procs_per_node", "world_size", "seed"]
 _FLOAT = [*naming.MEASUREMENTS, "target"]

@@ -12,7 +12,7 @@ are labelled as such on the x axis.
 ``python -m analysis.figures --results DIR`` draws every figure of the report from the tables in
 ``DIR/tables/`` (runs, curves, time to target, performance ratios, stragglers; the Snakefile names
 each) into ``DIR/figures/`` as PNG and SVG, named by :func:`benchmarks.naming.figure_stem`:
-``metric_vs_time`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
+``metric_vs_time``, ``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
 (:mod:`analysis.scaling`) and ``stragglers`` (:mod:`analysis.stragglers`) per suite and task, and
 ``performance_profile`` (:mod:`analysis.profile`) over all workloads. Every figure gives an
 algorithm the same colour (:func:`analysis.plotting.colours` over all the runs).
@@ -51,20 +51,21 @@ def step_values(wall: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.nda
     return np.where(index >= 0, value[np.clip(index, 0, None)], np.nan)
 
 
-def median_band(curves: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def median_band(curves: pd.DataFrame, x: str = "wall_s") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Median, min and max over seeds of the ``val_metric`` step curves of one algorithm.
 
     Args:
-        curves: ``metrics.csv`` rows of one algorithm in one group, with ``run_id``, ``wall_s``
-            and ``val_metric``.
+        curves: ``metrics.csv`` rows of one algorithm in one group, with ``run_id``, ``x`` and
+            ``val_metric``.
+        x: the column the curves run along: ``wall_s``, or ``sent_mb`` (the megabytes sent).
 
     Returns:
-        ``(grid, median, low, high)`` on the union of the seeds' evaluation times.
+        ``(grid, median, low, high)`` on the union of the seeds' values of ``x`` at their evaluations.
     """
-    grid = np.unique(curves["wall_s"].to_numpy(dtype=float))
+    grid = np.unique(curves[x].to_numpy(dtype=float))
     stack = np.vstack(
         [
-            step_values(seed["wall_s"].to_numpy(dtype=float), seed["val_metric"].to_numpy(dtype=float), grid)
+            step_values(seed[x].to_numpy(dtype=float), seed["val_metric"].to_numpy(dtype=float), grid)
             for _, seed in curves.groupby("run_id", sort=True)
         ]
     )
@@ -80,7 +81,7 @@ def _first(values: pd.Series) -> object:
 
 
 def plot_metric_vs_time(
-    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, colours: dict | None = None
+    runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, colours: dict | None = None, x: str = "wall_s"
 ) -> list[Path]:
     """Draw and save one metric-vs-time figure per suite, task, nodes and processes per node.
 
@@ -89,11 +90,13 @@ def plot_metric_vs_time(
         curves: Evaluations (:func:`analysis.aggregate.load_curves`).
         out_dir: Directory for the figures; created if needed.
         colours: One colour per algorithm (default: :func:`analysis.plotting.colours` of the runs).
+        x: ``wall_s``, or ``sent_mb`` for the metric against the megabytes a rank sent
+            (``metric_vs_bytes``, on a log axis: the algorithms differ by orders of magnitude).
 
     Returns:
         The paths written, PNG then SVG for each group.
     """
-    curves = curves[curves["status"] != INCOMPLETE].dropna(subset=["wall_s", "val_metric"])
+    curves = curves[curves["status"] != INCOMPLETE].dropna(subset=[x, "val_metric"])
     finished = runs[runs["status"] != INCOMPLETE]
     colours = colours or plotting.colours(runs["algorithm"].dropna())
     paths = []
@@ -112,7 +115,7 @@ def plot_metric_vs_time(
             label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)} converged)"
             label += "" if straggler == "none" else f" [{straggler}]"
             label += f" (simulated: {model})" if clock == "simulated" else ""
-            grid, median, low, high = median_band(alg_curves)
+            grid, median, low, high = median_band(alg_curves, x)
             colour = colours.get(algorithm)
             style = "-" if straggler == "none" else "--"
             ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
@@ -130,13 +133,18 @@ def plot_metric_vs_time(
         target = _first(group_runs["target"])
         if target is not None:
             ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:g}")
-        ax.set_xlabel(plotting.time_label(group_runs["clock"].dropna()))
+        if x == "sent_mb":
+            ax.set_xlabel("MB sent by a rank (mean over ranks)")
+            ax.set_xscale("symlog", linthresh=0.01)  # 0 for a run that has sent nothing yet
+        else:
+            ax.set_xlabel(plotting.time_label(group_runs["clock"].dropna()))
         ax.set_ylabel(f"validation {_first(group_runs['metric']) or 'metric'}")
         ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers — median, min–max over seeds")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", ncol=2 if len(ax.get_lines()) > 6 else 1)
         fig.tight_layout()
-        stem = naming.figure_stem("metric_vs_time", suite, task, nodes, procs_per_node)
+        kind = "metric_vs_bytes" if x == "sent_mb" else "metric_vs_time"
+        stem = naming.figure_stem(kind, suite, task, nodes, procs_per_node)
         paths += plotting.save(fig, out_dir, stem)
     return paths
 
@@ -149,6 +157,7 @@ def write(files: dict) -> list[Path]:
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
     groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
     paths = plot_metric_vs_time(runs, curves, out, colours)
+    paths += plot_metric_vs_time(runs, curves, out, colours, x="sent_mb")
     paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)
     paths += scaling.plot_scaling(table[table["n"] > 0], out, colours)
     paths += stragglers.plot_stragglers(table, read_table(files["stragglers"]), out, list(colours))

@@ -245,6 +245,17 @@ def _suite(
             )
             for t, n, g in layouts
         ],
+        "bytes_figures": [
+            shown.get(
+                f"{suite}: {t} on {n}×{g} workers, against the megabytes a rank sent; dashed: target",
+                "metric_vs_bytes",
+                suite,
+                t,
+                n,
+                g,
+            )
+            for t, n, g in layouts
+        ],
         "scaling": cells(scaling.display(scale)) if finished["nodes"].nunique() > 1 else None,
         "scaling_figures": [
             shown.get(

@@ -68,6 +68,7 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         One row per group with ``n`` (finished runs), ``k`` (converged), ``k/n``,
         ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none) with
         ``tta_low_s``/``tta_high_s`` the median's 95 % bootstrap interval over them,
+        ``mb_median`` (the megabytes a rank sent to reach the target) with ``mb_low``/``mb_high``,
         ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median) with its interval
         ``speedup_low``/``speedup_high`` (``analysis/intervals.py``), the medians of
         ``final_metric``, ``best_metric``, ``throughput``, ``comm_share`` and ``wall_s`` (the
@@ -80,10 +81,12 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
     for key, group in runs.groupby(KEYS, sort=True, dropna=False):
         finished = group[group["status"] != INCOMPLETE]
         tta = finished.loc[converged(finished), "time_to_target_s"]
+        mb = finished.loc[converged(finished), "sent_mb_to_target"].dropna()  # none in runs older than the count
         n, k = len(finished), len(tta)
         row = dict(zip(KEYS, key))
         samples[key] = tta.tolist()
         low, high = intervals.median_interval(tta.tolist())
+        mb_low, mb_high = intervals.median_interval(mb.tolist())
         row.update(
             {
                 "n": n,
@@ -94,6 +97,9 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
                 "tta_high_s": high,
                 "tta_min_s": tta.min() if k else math.nan,
                 "tta_max_s": tta.max() if k else math.nan,
+                "mb_median": mb.median() if len(mb) else math.nan,
+                "mb_low": mb_low,
+                "mb_high": mb_high,
                 "final_metric_median": finished["final_metric"].median(),
                 "best_metric_median": finished["best_metric"].median(),
                 "throughput_median": finished["throughput"].median(),
@@ -116,6 +122,9 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         "tta_high_s",
         "tta_min_s",
         "tta_max_s",
+        "mb_median",
+        "mb_low",
+        "mb_high",
         "speedup_vs_ddp",
         "speedup_low",
         "speedup_high",
@@ -166,6 +175,10 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             ],
             "min–max (s)": [
                 "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}" for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
+            ],
+            "MB sent a rank to target": [
+                _num(v, ".3g") + ("" if pd.isna(v) else f" [{lo:.3g}, {hi:.3g}]")
+                for v, lo, hi in zip(table["mb_median"], table["mb_low"], table["mb_high"])
             ],
             "speed-up vs DDP": [
                 _num(v, ".2f") + ("" if pd.isna(v) else f"× [{lo:.2f}, {hi:.2f}]")

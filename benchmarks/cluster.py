@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from algorithms import comm
+
 
 @dataclass(frozen=True)
 class Link:
@@ -57,7 +59,8 @@ class Network:
         p = len(ranks)
         if p <= 1:
             return 0.0
-        return 2 * (p - 1) * self.link(ranks, procs_per_node).time(nbytes / p)
+        link = self.link(ranks, procs_per_node)  # the bytes each rank sends, as the runs count them
+        return 2 * (p - 1) * link.latency_s + comm.ring_allreduce_bytes(nbytes, p) / link.bandwidth_bps
 
     def recursive_doubling_allreduce(self, ranks, procs_per_node: int, nbytes: float) -> float:
         """log2(p) exchanges of the whole vector with a partner (p a power of two; else rounded up)."""

@@ -19,12 +19,17 @@ _RUN_ID = re.compile(r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<pro
 # analysis/captions/<kind>.rst.
 FIGURE_KINDS = {
     "metric_vs_time": "Validation metric against wall time",
+    "metric_vs_bytes": "Validation metric against bytes sent",
     "scaling": "Scaling across node counts",
     "stragglers": "Throughput with and without stragglers",
     "traces": "The algorithms' own traces",
     "performance_profile": "Performance profile",
 }
-PER_LAYOUT = ("metric_vs_time", "traces")  # one figure per suite, task, node count and processes per node
+PER_LAYOUT = (
+    "metric_vs_time",
+    "metric_vs_bytes",
+    "traces",
+)  # one figure per suite, task, node count and processes per node
 PER_TASK = ("scaling", "stragglers")  # one per suite and task; the others: one over every workload
 FIGURE_FORMATS = ("png", "svg")  # PNG for the HTML report, SVG for papers
 
@@ -84,4 +89,6 @@ MEASUREMENTS = (
     "wall_s",
     "throughput",
     "comm_share",
+    "sent_mb",
+    "sent_mb_to_target",
 )

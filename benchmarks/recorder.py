@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from algorithms import comm
 from benchmarks import rundir, tasks
 from benchmarks.config import RunConfig
 
@@ -63,7 +64,7 @@ class Recorder:
     ) -> None:
         task = tasks.get(cfg.task)
         self.cfg, self.metric, self.target, self.clock, self.writes = cfg, task.metric, task.target, clock, writes
-        self.best, self.time_to_target_s, self.epochs_to_target = -math.inf, None, None
+        self.best, self.time_to_target_s, self.epochs_to_target, self.sent_mb_to_target = -math.inf, None, None, None
         self.row: dict[str, object] = {}
         self.columns = [*rundir.METRIC_COLUMNS, *columns]
         self.csv = None
@@ -85,6 +86,7 @@ class Recorder:
             self.best = max(self.best, metric)
         if self.time_to_target_s is None and metric >= self.target:
             self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
+            self.sent_mb_to_target = row.get("sent_mb")
         if self.writes:
             self.csv.write(row)
             clock = "simulated" if self.clock == "simulated" else "wall"
@@ -118,6 +120,8 @@ class Recorder:
             "wall_s": wall,
             "throughput": samples / wall if wall else None,
             "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
+            "sent_mb": row.get("sent_mb"),
+            "sent_mb_to_target": self.sent_mb_to_target,
         }
 
     def finish(self, status: str, fields: dict[str, object]) -> None:
@@ -138,13 +142,18 @@ class Recorder:
             self.csv = None
 
     def state_dict(self) -> dict[str, object]:
+        """What a checkpoint keeps of the record, with this rank's count of bytes sent."""
         return {
             "best": self.best,
             "time_to_target_s": self.time_to_target_s,
             "epochs_to_target": self.epochs_to_target,
+            "sent_mb_to_target": self.sent_mb_to_target,
             "row": dict(self.row),
+            "sent_bytes": comm.sent_bytes(),
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.best, self.row = state["best"], dict(state["row"])
         self.time_to_target_s, self.epochs_to_target = state["time_to_target_s"], state["epochs_to_target"]
+        self.sent_mb_to_target = state["sent_mb_to_target"]
+        comm.set_sent_bytes(state["sent_bytes"])

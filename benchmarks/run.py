@@ -140,6 +140,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
         timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
         control = dist.new_group(backend=comm.side_backend(), timeout=timeout)
+        comm.set_sent_bytes(0.0)  # the algorithm's bytes from here on; a resume restores its count
         task = tasks.get(cfg.task)
         train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
         torch.manual_seed(cfg.seed)  # same initial model on every rank
@@ -185,13 +186,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         stateful = dict(model=model, optimizer=optimizer, scheduler=scheduler, schedule=schedule, algorithm=algo)
         saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
         resume = saver.restore()
-        record = Recorder(
-            cfg,
-            [*algo.metric_columns(), *now.columns],
-            writes=master,
-            clock=now.kind,
-            resume=resume and resume["record"],
-        )
+        columns = [*algo.metric_columns(), *now.columns]
+        record = Recorder(cfg, columns, writes=master, clock=now.kind, resume=resume and resume["record"])
         if resume is not None:
             loop = checkpoint.Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
@@ -225,7 +221,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
 
         def save(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> float:
             """Checkpoint ``batch`` batches into epoch ``loop.epoch``; return the seconds it took."""
-            algorithm_state = algo.state_dict()  # on the clock: it may wait for communication in flight
+            with comm.uncounted():  # on the clock: it may wait for communication in flight
+                algorithm_state = algo.state_dict()
             start = now()
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
@@ -287,9 +284,10 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                 for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
                     group["lr"] = base * schedule(loop.step)
             if evaluation_due(epoch, h, train_loss):
-                spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging for evaluation
-                now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
-                val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
+                with comm.uncounted():  # evaluating is not the algorithm's traffic
+                    spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging
+                    now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
+                    val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
                 row = {
                     "epoch": epoch + 1,
                     "step": loop.step,
@@ -300,6 +298,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                     "val_metric": val_metric,
                     "lr": optimizer.param_groups[0]["lr"],
                     "comm_s": None if algo.overlaps_comm else launcher.global_mean(algo.comm_s),
+                    "sent_mb": launcher.global_mean(comm.sent_bytes()) / 1e6,
                     **algo.metrics(),
                     **now.breakdown(),
                     **({"spread": spread} if algo.tracks_spread else {}),

@@ -169,6 +169,9 @@ def simulate(cfg: RunConfig) -> int:
             "gap": gap_sum / updates_per_epoch,
             "lag": lag_sum / updates_per_epoch,
             "sim_compute_s": compute_s,
+            # a gradient to the master and a vector back per update, and each worker's first vector, at the
+            # size the link model charges, shared over the P workers and the master (the mean over ranks)
+            "sent_mb": (2 * updates + workers) * clock.bytes / (workers + 1) / 1e6,
         }
         if (reason := record.record(row)) is not None:
             status = "diverged" if reason == "diverged" else status

@@ -639,6 +639,7 @@ def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[
             return cluster.scheduler.run(lambda rank: body(rank, cluster))
     finally:
         comm.use_threads(real_threads)
+        comm.set_message_scale(1.0)
         _active = None
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
         c10d._world = saved_world
@@ -701,9 +702,14 @@ class VirtualClock:
         a bucket is split as the paper's model would be (DDP's ``bucket_cap_mb`` of that model's
         bytes), so a small embedded model overlaps as much as the large one it stands for. The
         last bucket waits for every all-reduce in flight, on the virtual clock, before DDP reads
-        them (a future waited on in C++ could not hand the machine to another rank).
+        them (a future waited on in C++ could not hand the machine to another rank). A DDP that has
+        the algorithm's own comm hook (PowerSGD's; DDP takes one hook) is charged its batch's whole
+        compute at the end of the forward pass instead: the hook's messages start after backward.
         """
         if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            return
+        if module._comm_hooks:  # the algorithm's own hook (PowerSGD): DDP takes one, so no overlap
+            module.register_forward_hook(self._charge_batch_before_backward)
             return
         total = sum(p.numel() for p in module.parameters() if p.requires_grad)
         cap, clock = module.bucket_bytes_cap, self
@@ -730,6 +736,12 @@ class VirtualClock:
 
         module.register_comm_hook(module.process_group, hook)
 
+    def _charge_batch_before_backward(self, module: torch.nn.Module, args, output) -> None:  # noqa: ANN001
+        """A training forward pass charges the batch's whole compute, so that the comm hook's messages
+        during backward start at its end (the runner's ``compute`` then finds nothing left)."""
+        if module.training and torch.is_grad_enabled():
+            self.compute(1.0)
+
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
 
@@ -740,10 +752,12 @@ class VirtualClock:
         self.scheduler.advance(FORWARD_SHARE * self.step_s * batches)
 
     def size_messages(self, model: torch.nn.Module) -> None:
-        """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters."""
+        """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters,
+        and count it so (``comm.sent_bytes``)."""
         if self.model_mb > 0:
             own = sum(p.numel() * p.element_size() for p in model.parameters())
             self.cluster.byte_scale = self.model_mb * 1e6 / own
+        comm.set_message_scale(self.cluster.byte_scale)  # the bytes counted are the bytes charged
 
     columns = ("sim_compute_s", "sim_comm_s", "sim_idle_s")
 

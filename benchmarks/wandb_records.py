@@ -39,6 +39,7 @@ WANDB_KEYS = {
     "lr": "train/lr",
     "wall_s": "time/wall_s",
     "comm_s": "time/comm_s",
+    "sent_mb": "comm/sent_mb",
     "samples": "train/samples",
     "epoch": "epoch",
 }

@@ -88,6 +88,7 @@ def write_run(
             "val_metric": metrics,
             "lr": [0.1] * len(walls),
             "comm_s": [None] * len(walls) if algorithm == "ddp" else [0.5 * w for w in walls],
+            "sent_mb": [3.0 * w for w in walls],  # 3 MB a second
             **(extra or {}),
         }
     )
@@ -109,6 +110,7 @@ def write_run(
                     "wall_s": walls[-1] if walls else 0.0,
                     "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
                     "comm_share": None if algorithm == "ddp" else 0.5,
+                    "sent_mb_to_target": None if tta is None else 3.0 * tta,
                     "metric": "accuracy",
                     "target": TARGET,
                     "clock": clock,
@@ -208,6 +210,8 @@ def test_display_and_markdown(table: pd.DataFrame) -> None:
     assert shown.loc["ddp", "median time to target (s)"] == "12.00 [10.00, 14.00]"
     assert table.loc["ddp", "speedup_low"] == table.loc["ddp", "speedup_high"] == 1.0  # DDP against itself
     assert shown.loc["ddp", "min–max (s)"] == "10.0–14.0"
+    # MB to target: 3 MB a second, so 30, 36, 42 for DDP's seeds, with the times' interval times 3
+    assert shown.loc["ddp", "MB sent a rank to target"] == "36 [30, 42]"
     markdown = tables.to_markdown(shown.reset_index())
     assert markdown.splitlines()[0].startswith("| algorithm |")
     assert len(markdown.splitlines()) == 4
@@ -235,6 +239,8 @@ def test_figures_written(results: Path, tmp_path: Path) -> None:
     assert [p.name for p in paths] == [f"{stem}.png", f"{stem}.svg"]
     assert paths[0].read_bytes().startswith(b"\x89PNG")
     assert b"<svg" in paths[1].read_bytes()[:2000]
+    paths = figures.plot_metric_vs_time(runs, aggregate.load_curves(results, runs), tmp_path, x="sent_mb")
+    assert [p.name for p in paths] == [f"local__digits__n1x2__metric_vs_bytes.{ext}" for ext in ("png", "svg")]
 
 
 def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,6 +250,7 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     for name in ["runs.csv", "curves.csv", "time_to_target.csv", "time_to_target.md"]:
         assert (results / "tables" / name).stat().st_size > 0
     assert (results / "figures" / "local__digits__n1x2__metric_vs_time.svg").is_file()
+    assert (results / "figures" / "local__digits__n1x2__metric_vs_bytes.svg").is_file()
     text = path.read_text(encoding="utf-8")
     for heading in report.SECTIONS + ["Suite: local"]:
         assert f">{heading}</h2>" in text
@@ -454,6 +461,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
                 "best_metric": 0.9,
                 "throughput": 1.0,
                 "comm_share": 0.1,
+                "sent_mb_to_target": 3.0 * tta,
                 "wall_s": tta,
                 "metric": "accuracy",
                 "target": 0.9,

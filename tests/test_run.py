@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 from pathlib import Path
 
 import pytest
+
+from benchmarks.tasks import digits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +42,13 @@ def test_ddp_on_digits_writes_the_four_files(tmp_path, run_benchmark):
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("epoch,step,samples,wall_s,train_loss,val_loss,val_metric,lr,comm_s")
     assert len(rows) == 1 + json.loads((out / "config.json").read_text())["hparams"]["epochs"]
+    # Bytes sent: rank 0's parameters broadcast to 3 ranks at the start (3/4 of them a rank), then DDP's
+    # buckets all-reduced every step (2(p-1)/p = 3/2 of them a rank): per row, at its step count.
+    n = sum(p.numel() * 4 for p in digits.make_model().parameters())
+    for row in csv.DictReader(rows):
+        assert float(row["sent_mb"]) == pytest.approx((0.75 + 1.5 * int(row["step"])) * n / 1e6, rel=1e-9)
+    reached = next(r for r in csv.DictReader(rows) if float(r["val_metric"]) >= 0.95)
+    assert summary["sent_mb_to_target"] == float(reached["sent_mb"]) and summary["sent_mb"] == float(row["sent_mb"])
     assert list((out / "wandb").glob("offline-run-*")), "wandb should log offline inside the run directory"
     # A finished run directory is never overwritten.
     again = run_benchmark("--algorithm", "ddp", "--task", "digits", "--out", str(out))

@@ -176,7 +176,7 @@ def _rows(out):
 
 
 @pytest.mark.parametrize(
-    "algorithm", ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "diloco"]
+    "algorithm", ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "diloco", "powersgd"]
 )
 def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmark, algorithm):
     """2 nodes x 2, no stragglers, same seed and data order: the simulated run's validation loss at
@@ -188,6 +188,8 @@ def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmar
         common += ["--set", "sync_warmup_epochs=1", "--set", "sync_cooldown_epochs=1"]
     if algorithm == "diloco":  # outer steps every 8 of the 22 steps an epoch
         common += ["--set", "inner_steps=8"]
+    if algorithm == "powersgd":  # compressed from the 10th of the 44 steps, through PyTorch's hook
+        common += ["--set", "start_powerSGD_iter=10"]
     real = run_benchmark(*common, "--out", str(tmp_path / "real"))
     simulated = run_benchmark(*common, "--out", str(tmp_path / "sim"), "--set", "clock=simulated")
     assert real.returncode == 0 and simulated.returncode == 0, simulated.stderr[-2000:]
@@ -195,6 +197,7 @@ def test_a_simulated_run_follows_the_real_jobs_trajectory(tmp_path, run_benchmar
     assert len(a) == len(b) == epochs
     for x, y in zip(a, b):
         assert float(y["val_loss"]) == pytest.approx(float(x["val_loss"]), rel=1e-4)
+        assert float(y["sent_mb"]) == pytest.approx(float(x["sent_mb"]), rel=1e-9)  # the bytes the link charges
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     env = json.loads((tmp_path / "sim" / "env.json").read_text())
     assert summary["clock"] == "simulated" and env["network"]["name"] == "juwels_booster"
