@@ -157,8 +157,9 @@ class Algorithm(abc.ABC):
         self._eval_copy: nn.Module | None = None
 
     @classmethod
-    def unavailable(cls) -> str | None:
-        """Why this algorithm cannot run here (a missing optional package), or ``None`` if it can."""
+    def unavailable(cls, simulated: bool = False) -> str | None:
+        """Why this algorithm cannot run here (a missing optional package), or ``None`` if it can;
+        ``simulated``: on the virtual cluster (``--set clock=simulated``)."""
         return None
 
     @classmethod

@@ -211,7 +211,7 @@ class DASO(Algorithm):
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, process_group=self.node_group)
-        self.node_bytes = BucketBytes(self.ddp)  # what the node-local DDP sends
+        self.node_bytes = BucketBytes(model, g)  # what the node-local DDP sends
         super().prepare(model, optimizer, plan)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.n_params = sum(p.numel() for p in self.params)

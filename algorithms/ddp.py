@@ -12,20 +12,22 @@ from algorithms.topology import Topology
 
 
 class BucketBytes:
-    """What a ``DistributedDataParallel`` sends, for ``comm.count``: DDP's messages leave from C++,
-    past the suite's collectives, so they are counted from what its buckets and broadcasts hold.
+    """What a ``DistributedDataParallel`` of ``module`` over ``p`` ranks sends, for ``comm.count``: DDP's
+    messages leave from C++, past the suite's collectives, so they are counted from what its buckets
+    and broadcasts hold.
 
     Its constructor broadcasts rank 0's parameters and buffers; each training step all-reduces its
     buckets, which hold every gradient (the parameters that require one), and, before the forward
-    pass, broadcasts the module's buffers from rank 0 (``broadcast_buffers``, on by default).
-    ``buckets=False`` where a comm hook replaces the all-reduce and counts what it sends itself.
+    pass, broadcasts the module's buffers from rank 0 (``broadcast_buffers``, DDP's default, which
+    the suite keeps). ``buckets=False`` where a comm hook replaces the all-reduce and counts what it
+    sends itself.
     """
 
-    def __init__(self, ddp: DistributedDataParallel, buckets: bool = True) -> None:
-        module, self.p, self.counts_buckets = ddp.module, ddp.process_group.size(), buckets
+    def __init__(self, module: nn.Module, p: int, buckets: bool = True) -> None:
+        self.p, self.counts_buckets = p, buckets
         self.gradients = sum(comm.tensor_bytes(q) for q in module.parameters() if q.requires_grad)
-        self.buffers = sum(comm.tensor_bytes(b) for b in module.buffers()) if ddp.broadcast_buffers else 0
-        comm.count(comm.broadcast_bytes(comm.tensor_bytes(list(module.parameters()) + list(module.buffers())), self.p))
+        self.buffers = sum(comm.tensor_bytes(b) for b in module.buffers())
+        comm.count(comm.broadcast_bytes(comm.tensor_bytes(list(module.parameters()) + list(module.buffers())), p))
 
     def step(self) -> None:
         """Count one training step: the buffers' broadcast, the buckets' all-reduce."""
@@ -84,7 +86,7 @@ class DDP(Algorithm):
             device_ids=device_ids(model),
             bucket_cap_mb=self.bucket_cap_mb,
         )
-        self.sent = BucketBytes(self.ddp)
+        self.sent = BucketBytes(model, self.topology.world_size)
         super().prepare(model, optimizer, plan)
         return self.ddp
 

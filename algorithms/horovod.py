@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from algorithms import comm
 from algorithms.base import Algorithm, Plan
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OWN_RENDEZVOUS = "DPB_HOROVOD_RENDEZVOUS"  # set where this module, not horovodrun, set HOROVOD_*
+# Horovod's tensor fusion: ready gradients are packed into one message of up to HOROVOD_FUSION_THRESHOLD
+# bytes, 64 MiB by default (horovod.readthedocs.io, "Tensor Fusion").
+FUSION_THRESHOLD_MB = 64.0
 BUILD_HINT = "build it with envs/build_horovod.sh (Horovod 0.28.1 against this torch, into .venv)"
 
 
@@ -64,26 +68,35 @@ class Horovod(Algorithm):
             algo.step()
             scheduler.step()  # lr changes on ``optimizer`` reach the optimizer Horovod steps
 
+    On the virtual cluster (``--set clock=simulated``), where Horovod's C++ cannot run, its messages
+    are modelled by what they do (``_prepare_model``): every gradient averaged by a ring all-reduce
+    that starts during backward, in buckets of Horovod's fusion threshold, in float16 with
+    ``fp16_compression``; the virtual clock overlaps them with backward as it does DDP's buckets.
+    With fp32 this is the real Horovod's update (tested against a real Horovod run); with fp16 it
+    rounds as Horovod does (cast, sum, then scale by 1/p), not bit for bit.
+
     Warning:
-        Needs Horovod built with PyTorch support (``envs/build_horovod.sh``); constructing the class
-        without it raises ``ImportError``. ``prepare`` calls ``hvd.init()``: one Horovod job per
-        process.
+        A real job needs Horovod built with PyTorch support (``envs/build_horovod.sh``);
+        ``prepare`` then calls ``hvd.init()``: one Horovod job per process.
     """
 
     overlaps_comm = True
     broadcast_start = False  # the wrapper broadcasts the initial state itself
+    simulator = "virtual"
 
     def __init__(self, topology: Topology, *, fp16_compression: bool = False) -> None:
         super().__init__(topology)
         if not isinstance(fp16_compression, bool):
             raise ValueError(f"Arg ``fp16_compression`` must be True or False, got {fp16_compression!r}.")
         self.fp16_compression = fp16_compression
-        self.hvd = import_horovod()
-        self.controller = ""  # "gloo" or "mpi", once prepared
+        self.hvd: ModuleType | None = None  # horovod.torch, on a real job
+        self.controller = ""  # "gloo" or "mpi", once prepared ("model" on the virtual cluster)
         self._rendezvous: RendezvousServer | None = None  # rank 0's, where this class started one
 
     @classmethod
-    def unavailable(cls) -> str | None:
+    def unavailable(cls, simulated: bool = False) -> str | None:
+        if simulated:  # the virtual cluster's model of Horovod needs torch alone
+            return None
         try:
             import_horovod()
         except ImportError as error:
@@ -91,7 +104,9 @@ class Horovod(Algorithm):
         return None
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        hvd = self.hvd
+        if comm.side_backend() == "virtual":
+            return self._prepare_model(model, optimizer, plan)
+        hvd = self.hvd = import_horovod()
         self.controller, self._rendezvous = init_horovod(hvd, self.topology)
         compression = hvd.Compression.fp16 if self.fp16_compression else hvd.Compression.none
         self.hvd_optimizer = hvd.DistributedOptimizer(
@@ -113,11 +128,22 @@ class Horovod(Algorithm):
         )
         return super().prepare(model, optimizer, plan)
 
+    def _prepare_model(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
+        """Horovod's messages on the virtual cluster: DDP's bucketed all-reduce with Horovod's fusion
+        threshold for a bucket and its message type (``HorovodModel``), rank 0's state broadcast
+        first as ``hvd.broadcast_parameters`` does."""
+        dtype = torch.float16 if self.fp16_compression else None
+        self.ddp = HorovodModel(model, dtype, bucket_cap_mb=FUSION_THRESHOLD_MB)
+        self.controller = "model"
+        self._count_start(model, optimizer)
+        super().prepare(model, optimizer, plan)
+        return self.ddp
+
     def _count_start(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Count what Horovod sent at the start (``comm``'s rule: its messages leave from its own
         thread, past the suite's collectives), and what it will send each step: every gradient,
         all-reduced in float16 or as it is."""
-        p = self.hvd.size()
+        p = self.topology.world_size
         state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
         comm.count(comm.broadcast_bytes(comm.tensor_bytes([*model.state_dict().values(), *state]), p))
         grads = [q for q in model.parameters() if q.requires_grad]
@@ -136,6 +162,11 @@ class Horovod(Algorithm):
         self.hvd_optimizer.state = optimizer.state
 
     def step(self) -> None:
+        if self.hvd is None:  # the virtual cluster's model: the gradients were averaged during backward
+            self.optimizer.step()
+            comm.count(self.step_bytes)
+            self.step_count += 1
+            return
         if self.hvd_optimizer.param_groups is not self.optimizer.param_groups:
             self._share_state(self.optimizer)
         # Horovod's step: wait for the all-reduces started during backward, then the local update.
@@ -147,12 +178,24 @@ class Horovod(Algorithm):
         self.step_count += 1
 
     def close(self) -> None:
+        if self.hvd is None:
+            return
         # Every rank ends its training loop with no Horovod operation pending, so all of them agree
         # to stop Horovod's background thread; torch.distributed carries the runner on.
         self.hvd.shutdown()
         if self._rendezvous is not None:
             self._rendezvous.stop()
             self._rendezvous = None
+
+
+class HorovodModel(DistributedDataParallel):
+    """DDP as the virtual cluster's model of Horovod's messages: ``VirtualClock.overlap_backward``
+    all-reduces its buckets in ``message_dtype`` (float16 for ``fp16_compression``; ``None``: as
+    they are) and averages as Horovod's ``op=hvd.Average`` does: the sum, then scaled by 1/p."""
+
+    def __init__(self, module: nn.Module, message_dtype: torch.dtype | None, **kwargs: object) -> None:
+        super().__init__(module, **kwargs)
+        self.message_dtype = message_dtype
 
 
 def import_horovod() -> ModuleType:

@@ -79,7 +79,7 @@ class PowerSGD(DDP):
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         self.ddp = DistributedDataParallel(model, device_ids=device_ids(model), bucket_cap_mb=self.bucket_cap_mb)
-        self.sent = BucketBytes(self.ddp, buckets=False)  # the hook counts what it sends
+        self.sent = BucketBytes(model, self.topology.world_size, buckets=False)  # the hook counts what it sends
         self.shapes = [p.shape for p in model.parameters()]
         self.index = {p: k for k, p in enumerate(model.parameters())}
         self.layout: dict[int, list[int]] = {}  # bucket index -> its parameters' indices, as last seen

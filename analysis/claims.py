@@ -102,8 +102,14 @@ def run_config(run_dir: str) -> dict[str, object]:
 
 def matches(row: pd.Series, config: dict[str, object], requires: dict[str, object]) -> bool:
     """Whether a run has every required setting: from its ``config.json``, else its ``runs.csv`` row
-    (the layout, the device)."""
+    (the layout, the device). A key that neither has is another algorithm's knob, which binds only
+    the runs of that algorithm (Horovod's ``fp16_compression``, not DASO's runs); a run without a
+    ``config.json`` cannot show its conditions and never matches."""
+    if not config:
+        return False
     for key, want in requires.items():
+        if key not in config and key not in row.index:
+            continue
         have = config[key] if key in config else row.get(key)
         if isinstance(want, int | float) and not isinstance(want, bool):
             try:

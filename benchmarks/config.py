@@ -167,9 +167,6 @@ def resolve(
         knobs = algorithms.params(algorithm)
     except KeyError as error:
         raise ConfigError(f"{error.args[0]} (--algorithm)") from None
-    reason = algorithms.get(algorithm).unavailable()
-    if reason:
-        raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
     for name, value in (("--nodes", nodes), ("--procs-per-node", procs_per_node)):
         if value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value}")
@@ -199,6 +196,9 @@ def resolve(
         values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
+    reason = algorithms.get(algorithm).unavailable(simulated=config.settings["clock"] == "simulated")
+    if reason:
+        raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
     if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
         config.hparams["lr"] = config.hparams["lr"] * lr_scale(config.algorithm, config.world_size)
     _check_values(config)  # after the scaling: min_lr is checked against the lr the run uses
@@ -375,14 +375,15 @@ def check_matrix(
         )
 
 
-def available_algorithms(names: list[str]) -> list[str]:
-    """``names`` less the algorithms that cannot run here, each skipped with one line on stderr.
+def available_algorithms(names: list[str], simulated: bool = False) -> list[str]:
+    """``names`` less the algorithms that cannot run here (on the virtual cluster when ``simulated``),
+    each skipped with one line on stderr.
 
     Unknown names are kept, so that ``check_matrix`` reports them with the list of valid ones.
     """
     kept = []
     for name in names:
-        reason = algorithms.get(name).unavailable() if name in algorithms.REGISTRY else None
+        reason = algorithms.get(name).unavailable(simulated) if name in algorithms.REGISTRY else None
         if reason:
             print(f"skipping algorithm {name!r}: {reason}", file=sys.stderr)
         else:

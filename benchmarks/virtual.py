@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms import comm
+from algorithms.horovod import HorovodModel
 from benchmarks import cluster
 from benchmarks.cluster import Network
 from benchmarks.launcher import Launch
@@ -695,7 +696,8 @@ class VirtualClock:
         """Overlap DDP's bucketed all-reduce with backward on the virtual clock, as on a real GPU.
 
         ``module`` is what the algorithm's ``prepare`` returned; only a ``DistributedDataParallel`` is
-        touched (DDP, and DASO inside a node). Its buckets are all-reduced with PyTorch's default
+        touched (DDP, DASO inside a node, and the model of Horovod, ``HorovodModel``, whose messages
+        go in its type and are averaged as Horovod does). Its buckets are all-reduced with PyTorch's default
         rule (divide by the group's size, sum), each started at the virtual time its gradients are
         ready: the forward pass costs ``FORWARD_SHARE`` of the batch's compute, and backward produces
         the gradients at a steady rate per parameter, in DDP's bucket order. With ``sim_model_mb``
@@ -714,22 +716,28 @@ class VirtualClock:
         total = sum(p.numel() for p in module.parameters() if p.requires_grad)
         cap, clock = module.bucket_bytes_cap, self
         state = {"done": 0, "pending": []}
+        horovod = isinstance(module, HorovodModel)  # Horovod's messages: its type, its averaging
+        dtype = module.message_dtype if horovod else None
 
         def hook(group, bucket):  # no annotations: DDP checks them, and this module's are strings
             flat = bucket.buffer()
-            flat.div_(group.size())
-            scaled = flat.numel() * flat.element_size() * clock.cluster.byte_scale
+            if not horovod:  # DDP's rule: divide by the group's size, then sum
+                flat.div_(group.size())
+            message = flat.to(dtype) if dtype is not None else flat
+            scaled = message.numel() * message.element_size() * clock.cluster.byte_scale
             works = []
-            for chunk in flat.chunk(max(1, math.ceil(scaled / cap))):
+            for chunk in message.chunk(max(1, math.ceil(scaled / cap))):
                 state["done"] += chunk.numel()
                 clock.compute(FORWARD_SHARE + (1.0 - FORWARD_SHARE) * min(state["done"] / total, 1.0))
                 works.append(dist.all_reduce(chunk, group=group, async_op=True))
             future = torch.futures.Future()
-            state["pending"].append((works, future, flat))
+            state["pending"].append((works, future, flat, message))
             if bucket.is_last():
-                for works, fut, result in state["pending"]:
+                for works, fut, result, sent in state["pending"]:
                     for work in works:
                         work.wait()
+                    if horovod:  # op=hvd.Average: the sum, then scaled by 1/p, in the message's type
+                        result.copy_(sent.div_(group.size()))
                     fut.set_result(result)
                 state["done"], state["pending"] = 0, []
             return future

@@ -123,3 +123,21 @@ def test_a_ratio_interval_with_one_run_on_a_side_resamples_the_other():
     assert intervals.ratio_interval([12.0], [6.0, 8.0]) == pytest.approx((1.5, 2.0))
     assert intervals.ratio_interval([6.0, 8.0], [2.0]) == pytest.approx((3.0, 4.0))
     assert intervals.ratio_interval([3.0], [1.5]) == (2.0, 2.0)
+
+
+def test_a_required_knob_binds_only_the_runs_of_the_algorithm_that_has_it(tmp_path):
+    """DASO against Horovod with fp16 messages: DASO's runs have no ``fp16_compression`` and still
+    count; Horovod's count only where it is on."""
+    c = claim(algorithm="daso", baseline="horovod", requires={**REQUIRES, "fp16_compression": True})
+    table = runs(tmp_path, {"daso": [1.0] * 5, "horovod": [1.3] * 5})
+    for run_dir, algorithm in zip(table["run_dir"], table["algorithm"]):
+        if algorithm == "horovod":
+            cfg = json.loads((Path(run_dir) / "config.json").read_text())
+            cfg["algorithm_params"] = {"fp16_compression": True}
+            (Path(run_dir) / "config.json").write_text(json.dumps(cfg))
+    assert claims.evaluate(c, table)["verdict"] == claims.HOLDS
+    for run_dir in table.loc[table["algorithm"] == "horovod", "run_dir"]:  # Horovod sending fp32
+        cfg = json.loads((Path(run_dir) / "config.json").read_text())
+        cfg["algorithm_params"] = {"fp16_compression": False}
+        (Path(run_dir) / "config.json").write_text(json.dumps(cfg))
+    assert claims.evaluate(c, table)["verdict"] == claims.UNMEASURED

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections import namedtuple
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -70,6 +71,7 @@ def test_sgp_hands_the_backend_its_messages_on_the_parameters_device(monkeypatch
     def p2p_op(op, tensor, peer):
         if op is dist.isend:
             sent.append(tensor)
+        return SimpleNamespace(op=op, tensor=tensor)  # what comm.batch_isend_irecv reads to count the sends
 
     monkeypatch.setattr(dist, "P2POp", p2p_op)
     monkeypatch.setattr(dist, "batch_isend_irecv", lambda ops: [])

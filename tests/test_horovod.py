@@ -22,9 +22,11 @@ import torch.distributed as dist
 
 import algorithms
 from algorithms.ddp import DDP
-from algorithms.horovod import Horovod
+from algorithms.horovod import Horovod, import_horovod
 from algorithms.topology import Topology
+from benchmarks import config as run_config
 from benchmarks import launcher
+from benchmarks.config import ConfigError
 from benchmarks.tasks import digits
 from tests.distributed import run_on
 
@@ -185,9 +187,12 @@ def test_knob_is_checked_and_a_missing_horovod_says_how_to_build(monkeypatch):
         Horovod(Topology(0, 1, 1), fp16_compression="yes")
     monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if it were not installed
     with pytest.raises(ImportError, match="envs/build_horovod.sh") as caught:
-        Horovod(Topology(0, 1, 1))
+        import_horovod()
     assert "\n" not in str(caught.value)
     assert Horovod.unavailable() == str(caught.value)
+    assert Horovod.unavailable(simulated=True) is None  # the virtual cluster's model needs torch alone
+    with pytest.raises(ConfigError, match="envs/build_horovod.sh"):  # refused before any process starts
+        run_config.resolve("horovod", "digits", 1, 2, 0, Path("unused"), [])
 
 
 if __name__ == "__main__":
