@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OWN_RENDEZVOUS = "DPB_HOROVOD_RENDEZVOUS"  # set where this module, not horovodrun, set HOROVOD_*
-# Horovod's tensor fusion: ready gradients are packed into one message of up to HOROVOD_FUSION_THRESHOLD
-# bytes, 64 MiB by default (horovod.readthedocs.io, "Tensor Fusion").
-FUSION_THRESHOLD_MB = 64.0
 BUILD_HINT = "build it with envs/build_horovod.sh (Horovod 0.28.1 against this torch, into .venv)"
 
 
@@ -70,8 +67,12 @@ class Horovod(Algorithm):
 
     On the virtual cluster (``--set clock=simulated``), where Horovod's C++ cannot run, its messages
     are modelled by what they do (``_prepare_model``): every gradient averaged by a ring all-reduce
-    that starts during backward, in buckets of Horovod's fusion threshold, in float16 with
-    ``fp16_compression``; the virtual clock overlaps them with backward as it does DDP's buckets.
+    that starts during backward, in float16 with ``fp16_compression``, overlapping backward as DDP's
+    buckets do on the virtual clock. Horovod's tensor fusion sends what each cycle (1 ms) finds
+    ready, up to 128 MB a message (the defaults since Horovod 0.21): a finer grain than DDP's 25 MB
+    buckets, whose count and latency the link model cannot pin down without the real model's
+    tensors. The model gives Horovod DDP's grain (the same overlap, the same number of messages,
+    half the bytes in fp16), so that against DDP it differs only in what the papers say it does.
     With fp32 this is the real Horovod's update (tested against a real Horovod run); with fp16 it
     rounds as Horovod does (cast, sum, then scale by 1/p), not bit for bit.
 
@@ -129,11 +130,11 @@ class Horovod(Algorithm):
         return super().prepare(model, optimizer, plan)
 
     def _prepare_model(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
-        """Horovod's messages on the virtual cluster: DDP's bucketed all-reduce with Horovod's fusion
-        threshold for a bucket and its message type (``HorovodModel``), rank 0's state broadcast
-        first as ``hvd.broadcast_parameters`` does."""
+        """Horovod's messages on the virtual cluster: DDP's bucketed all-reduce in Horovod's message
+        type, averaged as Horovod does (``HorovodModel``), rank 0's state broadcast first as
+        ``hvd.broadcast_parameters`` does."""
         dtype = torch.float16 if self.fp16_compression else None
-        self.ddp = HorovodModel(model, dtype, bucket_cap_mb=FUSION_THRESHOLD_MB)
+        self.ddp = HorovodModel(model, dtype)
         self.controller = "model"
         self._count_start(model, optimizer)
         super().prepare(model, optimizer, plan)

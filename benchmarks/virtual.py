@@ -724,7 +724,7 @@ class VirtualClock:
             if not horovod:  # DDP's rule: divide by the group's size, then sum
                 flat.div_(group.size())
             message = flat.to(dtype) if dtype is not None else flat
-            scaled = message.numel() * message.element_size() * clock.cluster.byte_scale
+            scaled = flat.numel() * flat.element_size() * clock.cluster.byte_scale  # the gradients' bytes
             works = []
             for chunk in message.chunk(max(1, math.ceil(scaled / cap))):
                 state["done"] += chunk.numel()

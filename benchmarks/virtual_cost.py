@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import run
+from benchmarks import config, run
 
 
 def timed_run(algorithm: str, task: str, nodes: int, ppn: int, epochs: int, sets: list[str]) -> tuple[float, dict]:
@@ -29,7 +29,7 @@ def timed_run(algorithm: str, task: str, nodes: int, ppn: int, epochs: int, sets
         out = Path(tmp) / "run"
         argv = ["--algorithm", algorithm, "--task", task, "--nodes", str(nodes), "--procs-per-node", str(ppn)]
         argv += ["--out", str(out), "--set", "wandb=false", "--set", f"epochs={epochs}", "--set", "checkpoint_every=0"]
-        for item in sets:
+        for item in config.overrides_for(algorithm, task, sets):  # an algorithm's knob goes to its runs only
             argv += ["--set", item]
         start = time.perf_counter()
         with contextlib.redirect_stderr(io.StringIO()):
