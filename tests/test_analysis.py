@@ -259,7 +259,7 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     claimed = text.split(">Claims</h2>")[1].split("<h2")[0]  # the report opens with the claims
     assert text.index(">Claims</h2>") < text.index(">Summary</h2>")
     assert claimed.count("<tr>") == 1 + len(claims.load())  # none measured by these runs: each says so
-    assert "15 not measured" in claimed and "config/claims.yaml" in claimed
+    assert f"{len(claims.load())} not measured" in claimed and "config/claims.yaml" in claimed
     for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
         assert (results / "tables" / name).stat().st_size > 0
     for stem in [
