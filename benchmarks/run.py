@@ -129,8 +129,9 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         cfg.out.mkdir(parents=True, exist_ok=True)
         setup_logging(cfg.out / "log.txt")
     device = launcher.pick_device(s["device"], launch.local_rank)
-    # The virtual cluster runs one rank at a time: each gets the machine.
-    ranks_here = 1 if in_virtual else cfg.procs_per_node
+    # The ranks on this machine share its CPUs (all of them under the local launcher, whatever its virtual
+    # nodes); the virtual cluster runs one rank at a time: each gets the machine.
+    ranks_here = 1 if in_virtual else launch.local_size
     threads = s["threads"] or tasks.default_threads(ranks_here, device, tasks.get(cfg.task))
     torch.set_num_threads(threads)
     now = clock or WallClock(device)

@@ -169,14 +169,14 @@ def cpu_share(ranks_here: int) -> int:
     return max(1, available if available < total else total // max(1, ranks_here))
 
 
-def default_threads(procs_per_node: int, device: torch.device, task: Task) -> int:
+def default_threads(ranks_here: int, device: torch.device, task: Task) -> int:
     """Torch threads per rank: the CPUs this rank may use (srun's ``--cpus-per-task`` binds them),
-    or, where every rank sees the whole machine (the local launcher), an equal share of it. On a GPU
-    a task that decodes its items keeps one: the GPU computes, the rank's other CPUs decode
-    (``loader_workers``)."""
+    or, where every rank sees the whole machine (the local launcher), an equal share of it among the
+    ``ranks_here`` on it. On a GPU a task that decodes its items keeps one: the GPU computes, the
+    rank's other CPUs decode (``loader_workers``)."""
     if accelerator.is_accelerator(device) and task.decodes:
         return 1
-    return cpu_share(procs_per_node)
+    return cpu_share(ranks_here)
 
 
 def loader_workers(task: Task, threads: int, ranks_here: int = 1) -> int:
