@@ -54,18 +54,7 @@ ENV_FIELDS = [
 # The run's conditions: runs differing in them are never pooled, and a speed-up never crosses them.
 CONDITION = ["straggler", "clock", "time_model"]
 WALL_CLOCK = "measured"  # the time model of a run on the wall clock
-METRIC_COLUMNS = [
-    "epoch",
-    "step",
-    "samples",
-    "wall_s",
-    "train_loss",
-    "val_loss",
-    "val_metric",
-    "lr",
-    "comm_s",
-    "sent_mb",
-]
+METRIC_COLUMNS = list(naming.METRIC_COLUMNS)
 _INTEGER = ["nodes", "procs_per_node", "world_size", "seed"]
 _FLOAT = [*naming.MEASUREMENTS, "target"]
 # Text however it looks: a CUDA version 12.10 must not come back as the number 12.1.

@@ -76,6 +76,22 @@ def figure_files(kind: str, layouts: Iterable[tuple], ext: str) -> list[str]:
     return [f"{figure_stem(kind, *key)}.{ext}" for key in keys]
 
 
+# metrics.csv's common columns, in its order (``benchmarks/rundir.py`` writes them, ``analysis/`` reads
+# them); an algorithm's own follow. sent_mb: the megabytes a rank sent since the start, the mean over
+# ranks (algorithms/comm.py counts them).
+METRIC_COLUMNS = (
+    "epoch",
+    "step",
+    "samples",
+    "wall_s",
+    "train_loss",
+    "val_loss",
+    "val_metric",
+    "lr",
+    "comm_s",
+    "sent_mb",
+)
+
 # summary.json's measurements, in its order (``benchmarks/rundir.py`` writes them, ``analysis/`` reads them)
 MEASUREMENTS = (
     "time_to_target_s",

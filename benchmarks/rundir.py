@@ -19,19 +19,7 @@ import torch
 from benchmarks import checkpoint, naming, tasks
 from benchmarks.config import ConfigError
 
-# sent_mb: the megabytes a rank sent since the start, the mean over ranks (algorithms/comm.py counts them)
-METRIC_COLUMNS = [
-    "epoch",
-    "step",
-    "samples",
-    "wall_s",
-    "train_loss",
-    "val_loss",
-    "val_metric",
-    "lr",
-    "comm_s",
-    "sent_mb",
-]
+METRIC_COLUMNS = list(naming.METRIC_COLUMNS)
 MEASUREMENTS = naming.MEASUREMENTS
 
 
