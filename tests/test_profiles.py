@@ -134,21 +134,26 @@ FAKE_RUNNER = '''
 import argparse, json, sys
 from pathlib import Path
 
-p = argparse.ArgumentParser()
-p.add_argument("--algorithm"); p.add_argument("--out", type=Path)
-args, _ = p.parse_known_args()
-args.out.mkdir(parents=True, exist_ok=True)
-summary = args.out / "summary.json"
-checkpoint = args.out / "checkpoint.pt"
-if args.algorithm == "allreduce":
-    summary.write_text(json.dumps({"status": "failed", "error": "rank 1 ended with exit code 1"}))
-    sys.exit(1)
-if checkpoint.exists():
-    summary.write_text(json.dumps({"status": "completed", "resumed_from": checkpoint.read_text()}))
-    sys.exit(0)
-checkpoint.write_text("epoch 3")
-summary.write_text(json.dumps({"status": "timeout"}))
-sys.exit(75)
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--algorithm"); p.add_argument("--out", type=Path)
+    args, _ = p.parse_known_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = args.out / "summary.json"
+    checkpoint = args.out / "checkpoint.pt"
+    if args.algorithm == "allreduce":
+        summary.write_text(json.dumps({"status": "failed", "error": "rank 1 ended with exit code 1"}))
+        return 1
+    if checkpoint.exists():
+        summary.write_text(json.dumps({"status": "completed", "resumed_from": checkpoint.read_text()}))
+        return 0
+    checkpoint.write_text("epoch 3")
+    summary.write_text(json.dumps({"status": "timeout"}))
+    return 75
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 '''
 
 
