@@ -69,6 +69,8 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         ``tta_median_s``/``tta_min_s``/``tta_max_s`` over converged seeds (NaN if none) with
         ``tta_low_s``/``tta_high_s`` the median's 95 % bootstrap interval over them,
         ``mb_median`` (the megabytes a rank sent to reach the target) with ``mb_low``/``mb_high``,
+        ``step_share_max`` (the largest, over converged seeds, of the time between the evaluation
+        that reached the target and the one before it, as a share of the time to target),
         ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median) with its interval
         ``speedup_low``/``speedup_high`` (``analysis/intervals.py``), the medians of
         ``final_metric``, ``best_metric``, ``throughput``, ``comm_share`` and ``wall_s`` (the
@@ -82,6 +84,8 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         finished = group[group["status"] != INCOMPLETE]
         tta = finished.loc[converged(finished), "time_to_target_s"]
         mb = finished.loc[converged(finished), "sent_mb_to_target"].dropna()  # none in runs older than the count
+        # how finely each time to target is resolved: the step from the evaluation before the target's
+        step = (finished.loc[converged(finished), "target_step_s"] / tta).dropna()
         n, k = len(finished), len(tta)
         row = dict(zip(KEYS, key))
         samples[key] = tta.tolist()
@@ -100,6 +104,7 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
                 "mb_median": mb.median() if len(mb) else math.nan,
                 "mb_low": mb_low,
                 "mb_high": mb_high,
+                "step_share_max": step.max() if len(step) else math.nan,
                 "final_metric_median": finished["final_metric"].median(),
                 "best_metric_median": finished["best_metric"].median(),
                 "throughput_median": finished["throughput"].median(),
@@ -125,6 +130,7 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         "mb_median",
         "mb_low",
         "mb_high",
+        "step_share_max",
         "speedup_vs_ddp",
         "speedup_low",
         "speedup_high",
@@ -176,6 +182,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             "min–max (s)": [
                 "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}" for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
             ],
+            "evaluation step at target": [_num(v, ".0%") for v in table["step_share_max"]],
             "MB sent a rank to target": [
                 _num(v, ".3g") + ("" if pd.isna(v) else f" [{lo:.3g}, {hi:.3g}]")
                 for v, lo, hi in zip(table["mb_median"], table["mb_low"], table["mb_high"])

@@ -289,7 +289,7 @@ class StopRequest:
 class Loop:
     """Where the loop stands; a checkpoint saves it whole (with the recorder's state)."""
 
-    epoch: int = 0  # epochs done
+    epoch: float = 0  # epochs done (a fraction where the run ended at an evaluation inside one)
     step: int = 0  # steps per worker done before epoch ``epoch``
     batches: int = 0  # batches this rank ran
     samples: int = 0  # samples the job trained on

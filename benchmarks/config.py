@@ -229,10 +229,15 @@ def lr_scale(algorithm: str, world_size: int) -> int:
 
 def _check_values(config: RunConfig) -> None:
     h, s = config.hparams, config.settings
-    positive = ("batch_size", "epochs", "eval_every")
+    positive = ("batch_size", "epochs", "eval_every", "evals_per_epoch")
     for key in positive:
         if h[key] <= 0:
             raise ConfigError(f"--set {key}: must be positive, got {h[key]}")
+    if h["evals_per_epoch"] > 1 and h["eval_every"] > 1:
+        raise ConfigError(
+            f"--set evals_per_epoch={h['evals_per_epoch']} evaluates within every epoch, but eval_every="
+            f"{h['eval_every']} skips epochs: set eval_every=1, or evals_per_epoch=1"
+        )
     if h["lr"] <= 0:
         raise ConfigError(f"--set lr: must be positive, got {h['lr']}")
     if h["schedule"] not in SCHEDULES:

@@ -274,6 +274,13 @@ def global_max(value: float) -> float:
     return all_reduce_numbers([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
+def host_names() -> list[str]:
+    """Every rank's host name, by rank (a collective)."""
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    return hosts
+
+
 class _ForkedRank:
     """One rank forked from the launcher, which has already imported torch and the suite.
 

@@ -107,4 +107,5 @@ MEASUREMENTS = (
     "comm_share",
     "sent_mb",
     "sent_mb_to_target",
+    "target_step_s",  # the time between the evaluation that reached the target and the one before it
 )

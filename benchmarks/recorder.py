@@ -65,6 +65,7 @@ class Recorder:
         task = tasks.get(cfg.task)
         self.cfg, self.metric, self.target, self.clock, self.writes = cfg, task.metric, task.target, clock, writes
         self.best, self.time_to_target_s, self.epochs_to_target, self.sent_mb_to_target = -math.inf, None, None, None
+        self.target_step_s = None  # how finely the time to target is resolved: its evaluation's distance to the last
         self.row: dict[str, object] = {}
         self.columns = [*rundir.METRIC_COLUMNS, *columns]
         self.csv = None
@@ -80,13 +81,13 @@ class Recorder:
             raise ValueError(
                 f"metrics {sorted(undeclared)} are not metrics.csv columns: declare them in the algorithm's ``columns``"
             )
-        self.row = row
+        previous, self.row = self.row.get("wall_s", 0.0), row
         metric, train_loss = row["val_metric"], row["train_loss"]
         if math.isfinite(metric):
             self.best = max(self.best, metric)
         if self.time_to_target_s is None and metric >= self.target:
             self.time_to_target_s, self.epochs_to_target = row["wall_s"], row["epoch"]
-            self.sent_mb_to_target = row.get("sent_mb")
+            self.sent_mb_to_target, self.target_step_s = row.get("sent_mb"), row["wall_s"] - previous
         if self.writes:
             self.csv.write(row)
             clock = "simulated" if self.clock == "simulated" else "wall"
@@ -122,6 +123,7 @@ class Recorder:
             "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
             "sent_mb": row.get("sent_mb"),
             "sent_mb_to_target": self.sent_mb_to_target,
+            "target_step_s": self.target_step_s,
         }
 
     def finish(self, status: str, fields: dict[str, object]) -> None:
@@ -148,6 +150,7 @@ class Recorder:
             "time_to_target_s": self.time_to_target_s,
             "epochs_to_target": self.epochs_to_target,
             "sent_mb_to_target": self.sent_mb_to_target,
+            "target_step_s": self.target_step_s,
             "row": dict(self.row),
             "sent_bytes": comm.sent_bytes(),
         }
@@ -155,5 +158,5 @@ class Recorder:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.best, self.row = state["best"], dict(state["row"])
         self.time_to_target_s, self.epochs_to_target = state["time_to_target_s"], state["epochs_to_target"]
-        self.sent_mb_to_target = state["sent_mb_to_target"]
+        self.sent_mb_to_target, self.target_step_s = state["sent_mb_to_target"], state.get("target_step_s")
         comm.set_sent_bytes(state["sent_bytes"])

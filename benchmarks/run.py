@@ -3,9 +3,9 @@
 The suite's training loop. Started plainly it checks the configuration, then starts the N×G ranks
 of a virtual cluster itself; under srun, torchrun or mpirun it joins that job; with
 ``--set clock=simulated`` it hands the run to the simulator. Rank 0 writes the run directory (see
-results/README.md) through the recorder (``benchmarks/recorder.py``). The clock follows MLPerf: it
-starts just before the first training batch is read and includes evaluation; each reading is the
-slowest rank's, taken after a device synchronisation (``now``).
+results/README.md) through the recorder (``benchmarks/recorder.py``). The run evaluates at each epoch's
+end, or ``evals_per_epoch`` times in it (``benchmarks/parts.py``). The clock follows MLPerf: it starts
+just before the first batch is read and includes evaluation; each reading is the slowest rank's.
 
 Checkpoint and resume (``benchmarks/checkpoint.py``): every ``checkpoint_every`` epochs, and when
 SIGTERM or SIGUSR1 (Slurm's time-limit warning, ``scancel``) arrives, at a step all ranks agree on,
@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import datetime
 import logging
-import socket
 import sys
 import traceback
 from pathlib import Path
@@ -34,7 +33,7 @@ from tqdm import tqdm
 import algorithms
 from algorithms import comm
 from algorithms.topology import Topology
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, rundir, simulator, tasks, virtual, wandb_records
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, virtual, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.clock import WallClock, loss_accumulator
 from benchmarks.config import ConfigError, RunConfig
@@ -192,15 +191,14 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         if resume is not None:
             loop = checkpoint.Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
             record.load_state_dict(resume["runner"])
-        if master and rundir.read_summary(cfg.out) is not None:  # a timeout's summary: the run goes on
-            (cfg.out / "summary.json").unlink()
+        if master:  # a timeout's summary (a finished run's was refused): the run goes on
+            (cfg.out / "summary.json").unlink(missing_ok=True)
         # On the virtual clock a gamma straggler model draws the batch times themselves (VirtualClock).
         kind = "none" if in_virtual and s["straggler"] in MACHINE_CV else s["straggler"]
         stragglers = Stragglers(
             kind, topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed, device, now.sleep
         )
-        hosts = [None] * world
-        dist.all_gather_object(hosts, socket.gethostname())
+        hosts = launcher.host_names()
         if master:
             rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
             env = rundir.environment(backend, launch.launcher, hosts, device, launch.slurm_job_id, threads)
@@ -236,25 +234,26 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                 logger.info("checkpoint at epoch %d batch %d saved in %.3f s", loop.epoch, batch, pause)
             return pause  # saving is not training: the clock pauses
 
-        status, steps = "completed", None
+        status, steps, reason = "completed", None, None
+        ends = parts.part_ends(steps_per_epoch, h["evals_per_epoch"])  # where the evaluations of an epoch fall
         for epoch in range(loop.epoch, h["epochs"]):
             sampler.set_epoch(epoch)
             rng_epoch = checkpoint.rng_state()  # iter(loader) draws from it; a mid-epoch resume replays the draw
             train_model.train()
-            stopping = False
-            if algo.owns_loop:  # asynchronous family: the algorithm runs the epoch's batches itself
-                work = algorithms.Epoch(
-                    epoch, loader, task, optimizer, schedule, loop.step, stragglers, device, bar.update
-                )
-                loss_sum, batches = algo.train_epoch(work)
-            else:
-                loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
-                batches, sampler.skip = skip, skip * h["batch_size"]
-                epoch_batches = iter(loader)
-                if skip:
-                    checkpoint.set_rng_state(resume["rng"])
-                skip = 0
-                for x, y in epoch_batches:
+            loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
+            batches, sampler.skip = skip, skip * h["batch_size"]
+            data = parts.EpochBatches(loader)
+            if skip:
+                data.start()  # drawn now, as the checkpointed epoch drew it
+                checkpoint.set_rng_state(resume["rng"])
+            done, skip, stopping = skip, 0, False
+            for end in [e for e in ends if e > done]:  # each part of the epoch, then its evaluation
+                part, first, done = data.part(end - done), done, end
+                if algo.owns_loop:  # asynchronous family: the algorithm runs the part's batches itself
+                    work = (epoch, part, task, optimizer, schedule, loop.step + first, stragglers, device, bar.update)
+                    part_loss, ran = algo.train_epoch(algorithms.Epoch(*work))
+                    loss_sum, batches = loss_sum + part_loss, batches + ran
+                for x, y in () if algo.owns_loop else part:
                     x, y = tasks.to_device(x, device), tasks.to_device(y, device)
                     stragglers.before_step(loop.step + batches)
                     optimizer.zero_grad(set_to_none=True)
@@ -268,31 +267,28 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                     bar.update()
                     if stopping := stop.agreed():
                         break
-            if stopping:  # a time limit mid-epoch: checkpoint here, end as timeout
-                logger.info("rank %d: %s at epoch %d batch %d; checkpointing", topo.rank, stop.name, epoch, batches)
-                t0 += save(batches, loss_sum, rng_epoch)
-                status, steps = "timeout", loop.step + batches
-                break
-            loop.step += steps_per_epoch
-            loop.batches += batches
-            # the job-wide mean loss, and every rank's batches
-            sums = launcher.all_reduce_numbers([float(loss_sum), float(batches)])
-            train_loss = sums[0].item() / max(sums[1].item(), 1.0)
-            loop.samples += int(sums[1].item()) * h["batch_size"]
-            loop.epoch = epoch + 1
-            algo.end_epoch(train_loss)
-            if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
-                for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
-                    group["lr"] = base * schedule(loop.step)
-            if evaluation_due(epoch, h, train_loss):
+                if stopping:
+                    break
+                # the job-wide mean loss of the epoch so far, and every rank's batches
+                sums = launcher.all_reduce_numbers([float(loss_sum), float(batches)])
+                train_loss = sums[0].item() / max(sums[1].item(), 1.0)
+                samples = loop.samples + int(sums[1].item()) * h["batch_size"]
+                if end == steps_per_epoch:  # the epoch's end
+                    loop = checkpoint.Loop(epoch + 1, loop.step + steps_per_epoch, loop.batches + batches, samples)
+                    algo.end_epoch(train_loss)
+                    if schedule.end_epoch(epoch, train_loss):  # the lr dropped: the next step already uses it
+                        for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+                            group["lr"] = base * schedule(loop.step)
+                    if not evaluation_due(epoch, h, train_loss):
+                        continue
                 with comm.uncounted():  # evaluating is not the algorithm's traffic
                     spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging
                     now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
                     val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
                 row = {
-                    "epoch": epoch + 1,
-                    "step": loop.step,
-                    "samples": loop.samples,
+                    "epoch": epoch + 1 if end == steps_per_epoch else round(epoch + end / steps_per_epoch, 4),
+                    "step": loop.step if end == steps_per_epoch else loop.step + end,
+                    "samples": samples,
                     "wall_s": launcher.global_max(now() - t0),
                     "train_loss": train_loss,
                     "val_loss": val_loss,
@@ -304,11 +300,15 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                     **now.breakdown(),
                     **({"spread": spread} if algo.tracks_spread else {}),
                 }
-                reason = record.record(row)
-                if reason is not None:
+                if (reason := record.record(row)) is not None:  # the target, or diverged: where the run ends
                     status = "diverged" if reason == "diverged" else status
+                    loop.epoch, loop.step, loop.samples = row["epoch"], row["step"], samples
                     break
-            if epoch + 1 == h["epochs"]:
+            if stopping:  # a time limit mid-epoch: checkpoint here, end as timeout
+                logger.info("rank %d: %s at epoch %d batch %d; checkpointing", topo.rank, stop.name, epoch, batches)
+                t0 += save(batches, loss_sum, rng_epoch)
+                status, steps = "timeout", loop.step + batches
+            if stopping or reason is not None or epoch + 1 == h["epochs"]:
                 break
             stopping = stop.agreed(drain=True)  # every flag so far: owns_loop algorithms stop here
             if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader
 
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
-from benchmarks import cluster, launcher, rundir, tasks
+from benchmarks import cluster, launcher, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
@@ -126,9 +126,11 @@ def simulate(cfg: RunConfig) -> int:
         s["straggler"],
         updates_per_epoch,
     )
+    ends = parts.part_ends(updates_per_epoch, h["evals_per_epoch"])  # where the evaluations of an epoch fall
+    gap_sum, lag_sum, served = 0.0, 0.0, 0  # since the last row
     for epoch in range(h["epochs"]):
         order = torch.randperm(len(train_set), generator=data)
-        gap_sum, lag_sum, loss_sum = 0.0, 0.0, 0.0
+        loss_sum, reason = 0.0, None
         for b in range(updates_per_epoch):
             lr = h["lr"] * lr_factor(updates)
             now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
@@ -138,6 +140,7 @@ def simulate(cfg: RunConfig) -> int:
             payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
             gap_sum += async_rules.gap(master.params, sent[i])
             lag_sum += updates - sent_at[i]
+            served += 1
             sent[i] = master.apply(i, payload, lr)
             sent_at[i] = updates + 1
             work = clock.compute(i)
@@ -146,35 +149,43 @@ def simulate(cfg: RunConfig) -> int:
             loss_sum += float(loss)
             updates += 1
             bar.update()
-            if not math.isfinite(loss_sum):
+            diverging = not math.isfinite(loss_sum)  # evaluated at once, as at an epoch's end
+            if not diverging and b + 1 not in ends:
+                continue
+            at_end = diverging or b + 1 == updates_per_epoch
+            train_loss = loss_sum / (b + 1)
+            if at_end:
+                master.end_epoch()
+                lr_factor.end_epoch(epoch, train_loss)
+                if not evaluation_due(epoch, h, train_loss):
+                    break
+            with torch.no_grad():
+                vector_to_parameters(master.params, model.parameters())
+            val_loss, val_metric = task.validate(model, val_loader, device)
+            row = {
+                "epoch": epoch + 1 if at_end else round(epoch + (b + 1) / updates_per_epoch, 4),
+                "step": updates,
+                "samples": updates * batch,
+                "wall_s": now,
+                "train_loss": train_loss,
+                "val_loss": val_loss,
+                "val_metric": val_metric,
+                "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
+                "comm_s": None,
+                "gap": gap_sum / served,
+                "lag": lag_sum / served,
+                "sim_compute_s": compute_s,
+                # a gradient to the master and a vector back per update, and each worker's first vector, at the
+                # size the link model charges, shared over the P workers and the master (the mean over ranks)
+                "sent_mb": (2 * updates + workers) * clock.bytes / (workers + 1) / 1e6,
+            }
+            gap_sum, lag_sum, served = 0.0, 0.0, 0
+            if (reason := record.record(row)) is not None:
+                status = "diverged" if reason == "diverged" else status
                 break
-        master.end_epoch()
-        train_loss = loss_sum / updates_per_epoch
-        lr_factor.end_epoch(epoch, train_loss)
-        if not evaluation_due(epoch, h, train_loss):
-            continue
-        with torch.no_grad():
-            vector_to_parameters(master.params, model.parameters())
-        val_loss, val_metric = task.validate(model, val_loader, device)
-        row = {
-            "epoch": epoch + 1,
-            "step": updates,
-            "samples": updates * batch,
-            "wall_s": now,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "val_metric": val_metric,
-            "lr": h["lr"] * lr_factor(updates),  # the next update's, as the runner logs it
-            "comm_s": None,
-            "gap": gap_sum / updates_per_epoch,
-            "lag": lag_sum / updates_per_epoch,
-            "sim_compute_s": compute_s,
-            # a gradient to the master and a vector back per update, and each worker's first vector, at the
-            # size the link model charges, shared over the P workers and the master (the mean over ranks)
-            "sent_mb": (2 * updates + workers) * clock.bytes / (workers + 1) / 1e6,
-        }
-        if (reason := record.record(row)) is not None:
-            status = "diverged" if reason == "diverged" else status
+            if at_end:
+                break
+        if reason is not None:
             break
     bar.close()
     samples = record.row.get("samples", 0)

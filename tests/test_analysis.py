@@ -111,6 +111,7 @@ def write_run(
                     "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
                     "comm_share": None if algorithm == "ddp" else 0.5,
                     "sent_mb_to_target": None if tta is None else 3.0 * tta,
+                    "target_step_s": None if tta is None else tta / 2,  # from the row before, at tta / 2 below
                     "metric": "accuracy",
                     "target": TARGET,
                     "clock": clock,
@@ -173,6 +174,8 @@ def test_medians_min_max_and_k_of_n(table: pd.DataFrame) -> None:
     ddp, allreduce = table.loc["ddp"], table.loc["allreduce"]
     assert (ddp["n"], ddp["k"], ddp["k/n"]) == (4, 3, "3/4")
     assert (ddp["tta_median_s"], ddp["tta_min_s"], ddp["tta_max_s"]) == (12.0, 10.0, 14.0)
+    assert ddp["step_share_max"] == 0.5, "each target evaluation came half its time after the one before"
+    assert tables.display_table(table.reset_index())["evaluation step at target"].iloc[0] in ("50%", "—")
     assert (allreduce["n"], allreduce["k"], allreduce["k/n"]) == (3, 2, "2/3")
     assert allreduce[["tta_median_s", "tta_min_s", "tta_max_s"]].tolist() == [7.0, 6.0, 8.0]
     assert allreduce["incomplete"] == 1 and ddp["incomplete"] == 0
@@ -462,6 +465,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
                 "throughput": 1.0,
                 "comm_share": 0.1,
                 "sent_mb_to_target": 3.0 * tta,
+                "target_step_s": tta / 10,
                 "wall_s": tta,
                 "metric": "accuracy",
                 "target": 0.9,

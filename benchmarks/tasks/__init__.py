@@ -59,6 +59,7 @@ HPARAM_KEYS = (
     "plateau_threshold",  # "plateau": relative improvement of the best loss that counts
     "min_lr",  # "plateau": the lr never drops below it
     "eval_every",  # epochs between evaluations
+    "evals_per_epoch",  # evaluations within each epoch, the last at its end (benchmarks/parts.py)
 )
 # Keys a task need not give, with the value it gets: SGD (Adam's keys keep PyTorch's defaults), and
 # the plateau schedule's settings of the DASO papers' ImageNet runs (patience 5: "stable for 5 epochs",
@@ -70,6 +71,7 @@ HPARAM_DEFAULTS = {
     "plateau_patience": 5,
     "plateau_threshold": 0.05,
     "min_lr": 1e-4,
+    "evals_per_epoch": 1,
 }
 
 
