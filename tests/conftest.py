@@ -67,13 +67,25 @@ def repo_root() -> Path:
     return ROOT
 
 
+@pytest.fixture(scope="session")
+def forkserver(tmp_path_factory: pytest.TempPathFactory):
+    """The path of a forkserver (``benchmarks/forkserver.py``) for the session's runs: each then starts
+    without paying torch's imports again, as the workflow's runs do. Its own tests start their own."""
+    path = tmp_path_factory.mktemp("forkserver") / "runs.sock"
+    server = subprocess.Popen([sys.executable, "-m", "benchmarks.forkserver", "serve", str(path)], cwd=ROOT)
+    yield path  # bound before its imports: a client that comes early waits in the listen queue
+    server.terminate()
+    server.wait(timeout=60)
+
+
 @pytest.fixture
-def run_benchmark(repo_root: Path):
+def run_benchmark(repo_root: Path, forkserver: Path):
     """``run_benchmark(*args, timeout=...)``: ``python -m benchmarks.run ARGS`` from the repository
-    root, its output captured; returns the ``CompletedProcess`` (check ``returncode`` yourself)."""
+    root (started by the session's forkserver), its output captured; returns the ``CompletedProcess``
+    (check ``returncode`` yourself)."""
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "benchmarks.run", *map(str, args)]
+        command = [sys.executable, "-m", "benchmarks.forkserver", "run", str(forkserver), *map(str, args)]
         return subprocess.run(command, cwd=repo_root, capture_output=True, text=True, timeout=timeout, check=False)
 
     return run
