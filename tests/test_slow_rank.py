@@ -101,11 +101,17 @@ def seconds(tmp_path_factory) -> dict[str, list[float]]:
 def test_who_waits_for_a_rank_ten_times_slower(seconds, case):
     fast, slow = seconds[case]
     assert slow >= STEPS * SLOW_S
-    share = fast / slow  # the fast rank's time for its steps, as a share of the slow rank's
-    if case in WAIT_FREE:  # its own pace: STEPS x FAST_S and the exchanges, about 0.1-0.3 of the slow rank's
-        assert share < 0.5, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
+    if case in WAIT_FREE:
+        # Its own pace: spared most of the slow rank's extra delay (STEPS x 36 ms, slept). Measured in the
+        # delay, not as a share of the slow rank's time: the steps' compute and the exchanges grow with
+        # the machine's load and the sleeps do not, so beside a second copy of the suite the share went
+        # from 0.1-0.3 to 0.52 while the fast rank was still spared 0.79 s of the 1.08 s.
+        spared = slow - fast
+        assert spared > 0.5 * STEPS * (SLOW_S - FAST_S), (
+            f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
+        )
     else:  # it waits at every exchange: its last step ends within a step of the slow rank's
-        assert share > 0.8, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
+        assert fast / slow > 0.8, f"{case}: the fast rank took {fast:.3f} s, the slow one {slow:.3f} s"
 
 
 def _time_lap_epochs(rank: int, world: int) -> dict[str, list[float]]:
