@@ -247,7 +247,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
                 data.start()  # drawn now, as the checkpointed epoch drew it
                 checkpoint.set_rng_state(resume["rng"])
             done, skip, stopping = skip, 0, False
-            for end in [e for e in ends if e > done]:  # each part of the epoch, then its evaluation
+            for end in [e for e in ends if e >= done]:  # a part, then its evaluation (first, if resumed at its end)
                 part, first, done = data.part(end - done), done, end
                 if algo.owns_loop:  # asynchronous family: the algorithm runs the part's batches itself
                     work = (epoch, part, task, optimizer, schedule, loop.step + first, stragglers, device, bar.update)

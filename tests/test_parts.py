@@ -90,3 +90,32 @@ def test_evaluations_within_skipped_epochs_are_refused(run_benchmark, tmp_path):
     )
     assert result.returncode == 2
     assert "set eval_every=1, or evals_per_epoch=1" in result.stderr
+
+
+def test_a_run_stopped_at_a_part_end_resumes_to_the_uninterrupted_rows(tmp_path, repo_root):
+    """With an evaluation after every batch, a SIGTERM lands at a part's end, before that part's
+    evaluation: the resumed run evaluates there first, then goes on, and its rows are the
+    uninterrupted run's (DDP on 2 ranks is bit-identical on resume)."""
+    import subprocess
+    import sys
+
+    from tests.distributed import stop_after_first_epoch
+
+    args = ["--algorithm", "ddp", "--nodes", "1", "--procs-per-node", "2", *RUN, "--set", "evals_per_epoch=1000"]
+    args += ["--set", "threads=1", "--set", "straggler=slow", "--set", "straggler_delay_ms=20"]
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.run", *args, "--out", str(out)]
+
+    def timeless(out: Path) -> list[list[str]]:
+        return [[v for k, v in r.items() if k not in ("wall_s", "comm_s")] for r in rows(out)]
+
+    whole = subprocess.run(command(tmp_path / "whole"), cwd=repo_root, capture_output=True, text=True, timeout=240)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "stopped"
+    code, output = stop_after_first_epoch(command(out), out, repo_root, deadline_s=180)
+    assert code == 75, output[-3000:]
+    assert 0 < json.loads((out / "summary.json").read_text())["steps"] < int(rows(tmp_path / "whole")[-1]["step"])
+    resumed = subprocess.run(command(out), cwd=repo_root, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert timeless(out) == timeless(tmp_path / "whole")
