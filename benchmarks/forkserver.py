@@ -22,12 +22,14 @@ Only runs started on this machine use it: a Slurm job's runs start with srun on 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)  # stop, interrupt, Slurm's time-limit warning
 MAX_REQUEST = 1 << 20  # bytes: the arguments and the environment
@@ -41,10 +43,7 @@ def serve(path: str) -> None:
     """
     _die_with_parent()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    Path(path).unlink(missing_ok=True)  # a socket left by a server that was killed
     server.bind(path)
     server.listen(64)
     import torch._dynamo  # noqa: F401, PLC0415 - what the first optimizer of every run imports
@@ -125,10 +124,8 @@ def run_client(path: str, argv: list[str]) -> int:
     pid = json.loads(reply)["pid"]
 
     def forward(signum, _frame):
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the run has just ended: its code is on its way
             os.kill(pid, signum)
-        except ProcessLookupError:  # the run has just ended: its code is on its way
-            pass
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
