@@ -14,6 +14,7 @@ import ast
 import inspect
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,15 +68,33 @@ def repo_root() -> Path:
     return ROOT
 
 
-@pytest.fixture(scope="session")
-def forkserver(tmp_path_factory: pytest.TempPathFactory):
-    """The path of a forkserver (``benchmarks/forkserver.py``) for the session's runs: each then starts
-    without paying torch's imports again, as the workflow's runs do. Its own tests start their own."""
-    path = tmp_path_factory.mktemp("forkserver") / "runs.sock"
-    server = subprocess.Popen([sys.executable, "-m", "benchmarks.forkserver", "serve", str(path)], cwd=ROOT)
-    yield path  # bound before its imports: a client that comes early waits in the listen queue
+def _serve(path: Path, preload: str = ""):
+    """A forkserver (``benchmarks/forkserver.py``) at ``path``, with module ``preload`` imported first."""
+    code = f"import {preload}; " if preload else ""
+    code += f"from benchmarks import forkserver; forkserver.serve({str(path)!r})"
+    server = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    # A client that finds no socket runs without the server, which a preloaded module must not allow:
+    # wait for the bind (the runner's own imports come after it: early clients wait in the queue).
+    deadline = time.monotonic() + 120
+    while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"the forkserver did not start (exit {server.poll()})"
+    yield path
     server.terminate()
     server.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def forkserver(tmp_path_factory: pytest.TempPathFactory):
+    """The path of a forkserver for the session's runs: each then starts without paying torch's
+    imports again, as the workflow's runs do. Its own tests start their own."""
+    yield from _serve(tmp_path_factory.mktemp("forkserver") / "runs.sock")
+
+
+@pytest.fixture(scope="session")
+def strict_forkserver(tmp_path_factory: pytest.TempPathFactory):
+    """A forkserver whose runs have the strict device registered (``tests/strict_run.py``'s runs)."""
+    yield from _serve(tmp_path_factory.mktemp("forkserver") / "strict.sock", preload="tests.strict_device")
 
 
 @pytest.fixture

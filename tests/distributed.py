@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -28,11 +29,19 @@ def _entry(rank: int, world: int, store: str, fn: Callable, args: tuple) -> None
     launcher.exit_process(0)
 
 
+# The ranks come from multiprocessing's fork server, which imports these once for the whole session:
+# a spawned rank paid ``import torch`` again (about 3 CPU-seconds on a busy 2-core machine, times 4
+# ranks, times some 60 calls). Forking pytest's own process instead would hand the ranks whatever
+# thread pools and locks the earlier tests left in use there.
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "algorithms", "benchmarks.tasks.digits", "tests.distributed"]
+multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+
+
 def run_on(world: int, fn: Callable, *args: object) -> None:
     """Call ``fn(rank, world, *args)`` on ``world`` processes; re-raises the first failure."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        mp.spawn(_entry, args=(world, store, fn, args), nprocs=world, join=True)
+        mp.start_processes(_entry, args=(world, store, fn, args), nprocs=world, join=True, start_method="forkserver")
 
 
 def stop_after_first_epoch(

@@ -189,12 +189,15 @@ def _epochs(case: str) -> int:
     return 3 if algorithms.get(case.split("-")[0]).owns_loop else 2
 
 
-def _command(case: str, out: Path, device: str = "strict") -> list[str]:
+def _command(server: Path, case: str, out: Path, device: str = "strict") -> list[str]:
+    """The run ``python -m tests.strict_run`` would be, started by ``server`` (the strict forkserver)."""
     batch = 32 if _epochs(case) == 3 else 16
     return [
         sys.executable,
         "-m",
-        "tests.strict_run",
+        "benchmarks.forkserver",
+        "run",
+        str(server),
         "--algorithm",
         case.split("-")[0],
         *COMMON,
@@ -211,14 +214,14 @@ def _command(case: str, out: Path, device: str = "strict") -> list[str]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case):
+def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case, strict_forkserver):
     out = tmp_path / "run"
-    code, output = stop_after_first_epoch(_command(case, out), out, ROOT)
+    code, output = stop_after_first_epoch(_command(strict_forkserver, case, out), out, ROOT)
     assert code == 75, output[-3000:]
     stopped = json.loads((out / "summary.json").read_text())
     assert stopped["status"] == "timeout" and stopped["steps"] >= 2, stopped
 
-    resumed = subprocess.run(_command(case, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    resumed = subprocess.run(_command(strict_forkserver, case, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
     log = (out / "log.txt").read_text()
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:] + log[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -228,7 +231,7 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
         assert not re.search(r"resumed at epoch \d+ batch 0\b", log), "stopped at an epoch end, not inside one"
 
     reference = subprocess.run(
-        _command(case, tmp_path / "cpu", device="cpu"),
+        _command(strict_forkserver, case, tmp_path / "cpu", device="cpu"),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -249,14 +252,16 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case)
 
 
 @pytest.mark.parametrize("name", ["allreduce", "dana_dc"])
-def test_the_simulator_runs_on_the_device_to_the_cpus_numbers(tmp_path, name):
+def test_the_simulator_runs_on_the_device_to_the_cpus_numbers(tmp_path, name, strict_forkserver):
     summaries = {}
     for device in ("strict", "cpu"):
         out = tmp_path / device
         command = [
             sys.executable,
             "-m",
-            "tests.strict_run",
+            "benchmarks.forkserver",
+            "run",
+            str(strict_forkserver),
             "--algorithm",
             name,
             "--task",
