@@ -98,13 +98,20 @@ def strict_forkserver(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def run_benchmark(repo_root: Path, forkserver: Path):
+def run_command(forkserver: Path) -> list[str]:
+    """What stands for ``python -m benchmarks.run`` in a test's command line: the same run, started by
+    the session's forkserver (SIGTERM to it reaches the run; its exit code is the run's)."""
+    return [sys.executable, "-m", "benchmarks.forkserver", "run", str(forkserver)]
+
+
+@pytest.fixture
+def run_benchmark(repo_root: Path, run_command: list[str]):
     """``run_benchmark(*args, timeout=...)``: ``python -m benchmarks.run ARGS`` from the repository
     root (started by the session's forkserver), its output captured; returns the ``CompletedProcess``
     (check ``returncode`` yourself)."""
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "benchmarks.forkserver", "run", str(forkserver), *map(str, args)]
+        command = [*run_command, *map(str, args)]
         return subprocess.run(command, cwd=repo_root, capture_output=True, text=True, timeout=timeout, check=False)
 
     return run

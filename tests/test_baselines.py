@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -229,13 +228,11 @@ ROOT = Path(__file__).resolve().parent.parent
         ("powersgd", ["start_powerSGD_iter=10"]),  # compressing from step 10 (PyTorch's default: 1000)
     ],
 )
-def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name, sets):
+def test_baseline_reaches_the_digits_target_on_four_processes(tmp_path, name, sets, run_command):
     out = tmp_path / name
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "benchmarks.run",
+            *run_command,
             "--algorithm",
             name,
             "--task",

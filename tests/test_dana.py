@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -155,12 +154,12 @@ def test_gamma_straggler_rates_match_the_paper():
     assert times.mean() == pytest.approx(mean, rel=0.02)
 
 
-def simulate(tmp_path: Path, algorithm: str, workers: int, *extra: str) -> tuple[dict, list[dict]]:
+def simulate(
+    run_command: list[str], tmp_path: Path, algorithm: str, workers: int, *extra: str
+) -> tuple[dict, list[dict]]:
     out = tmp_path / algorithm
     cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.run",
+        *run_command,
         "--algorithm",
         algorithm,
         "--task",
@@ -184,9 +183,9 @@ def simulate(tmp_path: Path, algorithm: str, workers: int, *extra: str) -> tuple
         return json.loads((out / "summary.json").read_text()), list(csv.DictReader(f))
 
 
-def test_simulator_shares_one_schedule_and_writes_a_simulated_run(tmp_path):
-    a_sum, a_rows = simulate(tmp_path, "dana_dc", 8, "--set", "straggler=gamma")
-    b_sum, b_rows = simulate(tmp_path, "nag_asgd", 8, "--set", "straggler=gamma")
+def test_simulator_shares_one_schedule_and_writes_a_simulated_run(tmp_path, run_command):
+    a_sum, a_rows = simulate(run_command, tmp_path, "dana_dc", 8, "--set", "straggler=gamma")
+    b_sum, b_rows = simulate(run_command, tmp_path, "nag_asgd", 8, "--set", "straggler=gamma")
     assert a_sum["clock"] == b_sum["clock"] == "simulated" and a_sum["status"] == "completed"
     assert [r["lag"] for r in a_rows] == [r["lag"] for r in b_rows]  # identical arrival schedule
     assert [r["wall_s"] for r in a_rows] == [r["wall_s"] for r in b_rows]
@@ -196,11 +195,11 @@ def test_simulator_shares_one_schedule_and_writes_a_simulated_run(tmp_path):
     assert a_sum["final_metric"] > 0.9
 
 
-def test_simulated_synchronous_reference_waits_for_the_slowest_batch(tmp_path):
+def test_simulated_synchronous_reference_waits_for_the_slowest_batch(tmp_path, run_command):
     """allreduce on the virtual cluster under DANA's heterogeneous gamma model: each step waits for
     the slowest of the P batch times drawn for it (plus the evaluations, and the all-reduce,
     microseconds here)."""
-    summary, rows = simulate(tmp_path, "allreduce", 4, "--set", "epochs=3", "--set", "straggler=gamma_het")
+    summary, rows = simulate(run_command, tmp_path, "allreduce", 4, "--set", "epochs=3", "--set", "straggler=gamma_het")
     assert summary["status"] == "completed" and summary["clock"] == "simulated"
     assert summary["final_metric"] > 0.8
     steps = summary["steps"]  # per worker: 1438 // (16 x 4) = 22 an epoch
@@ -211,11 +210,9 @@ def test_simulated_synchronous_reference_waits_for_the_slowest_batch(tmp_path):
     assert slowest > steps * 0.100  # the heterogeneous machines' slowest is slower than the mean
 
 
-def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path):
+def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path, run_command):
     cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.run",
+        *run_command,
         "--algorithm",
         "lap_sgd",  # its updaters are processes, which the virtual cluster does not run yet
         "--task",
@@ -232,13 +229,11 @@ def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path):
 @pytest.mark.parametrize(
     "algorithm", ["asgd", "nag_asgd", "multi_asgd", "dc_asgd", "dana_zero", "dana_slim", "dana_dc"]
 )
-def test_parameter_server_trains(tmp_path, algorithm):
+def test_parameter_server_trains(tmp_path, algorithm, run_command):
     """A real master and two workers (three gloo processes) train the digits CNN far above chance (10 %)."""
     out = tmp_path / algorithm
     cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.run",
+        *run_command,
         "--algorithm",
         algorithm,
         "--task",
@@ -400,16 +395,16 @@ def dana_sim_sets(algorithm: str) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-def test_simulated_reference_of_dana_sim_takes_the_large_batch_lr(tmp_path):
+def test_simulated_reference_of_dana_sim_takes_the_large_batch_lr(tmp_path, run_command):
     """dana-sim's synchronous reference at 8 workers averages 8 gradients per update: after its warm-up
     from 0.02 it logs lr 0.02 x 8 and, with 8 times fewer updates than a parameter server, beats the same
     run at the single-worker lr. (The parameter servers' 0.02 is checked in tests/test_config.py.)"""
     short = ["--set", "epochs=3", "--set", "warmup_epochs=1"]  # a cosine over 3 epochs: 11 updates each
-    summary, rows = simulate(tmp_path, "allreduce", 8, *dana_sim_sets("allreduce"), *short)
+    summary, rows = simulate(run_command, tmp_path, "allreduce", 8, *dana_sim_sets("allreduce"), *short)
     config_json = json.loads((tmp_path / "allreduce" / "config.json").read_text())
     assert config_json["hparams"]["lr"] == pytest.approx(0.16) and config_json["settings"]["scale_lr"] is True
     assert float(rows[0]["lr"]) == pytest.approx(0.16)  # end of the warm-up: the next update's lr is the peak
     plain, _ = simulate(
-        tmp_path / "plain", "allreduce", 8, *dana_sim_sets("allreduce"), *short, "--set", "scale_lr=false"
+        run_command, tmp_path / "plain", "allreduce", 8, *dana_sim_sets("allreduce"), *short, "--set", "scale_lr=false"
     )
     assert summary["final_metric"] > plain["final_metric"] + 0.2  # seed 3: 0.92 against 0.44

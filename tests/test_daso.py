@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -156,14 +155,12 @@ def test_all_models_are_equal_at_every_epoch_end():
 
 
 @pytest.mark.parametrize("layout", [("2", "2"), ("2", "1")])
-def test_daso_reaches_the_digits_target(tmp_path, layout):
+def test_daso_reaches_the_digits_target(tmp_path, layout, run_command):
     nodes, ppn = layout
     out = tmp_path / "daso"
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "benchmarks.run",
+            *run_command,
             "--algorithm",
             "daso",
             "--task",

@@ -149,14 +149,12 @@ def test_horovod_under_its_own_launchers_agrees_with_ddp(launcher, suite, tmp_pa
 
 
 @needs_horovod
-def test_runner_reaches_the_target_with_horovod(tmp_path):
+def test_runner_reaches_the_target_with_horovod(tmp_path, run_command):
     if "horovod" not in algorithms.REGISTRY:
         pytest.skip('algorithms.REGISTRY has no "horovod": "algorithms.horovod:Horovod" entry')
     out = tmp_path / "run"
     command = [
-        sys.executable,
-        "-m",
-        "benchmarks.run",
+        *run_command,
         "--algorithm",
         "horovod",
         "--task",

@@ -362,13 +362,11 @@ def test_a_straggling_rank_is_delayed_once_per_batch_in_series(tmp_path):
 
 
 @pytest.mark.parametrize("name, last_column", [("lap_sgd", "K"), ("lpp_sgd", "partial_share")])
-def test_reaches_the_digits_target_with_2_workers_x_2_updaters(tmp_path, name, last_column):
+def test_reaches_the_digits_target_with_2_workers_x_2_updaters(tmp_path, name, last_column, run_command):
     out = tmp_path / name
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "benchmarks.run",
+            *run_command,
             "--algorithm",
             name,
             "--task",

@@ -92,12 +92,11 @@ def test_evaluations_within_skipped_epochs_are_refused(run_benchmark, tmp_path):
     assert "set eval_every=1, or evals_per_epoch=1" in result.stderr
 
 
-def test_a_run_stopped_at_a_part_end_resumes_to_the_uninterrupted_rows(tmp_path, repo_root):
+def test_a_run_stopped_at_a_part_end_resumes_to_the_uninterrupted_rows(tmp_path, repo_root, run_command):
     """With an evaluation after every batch, a SIGTERM lands at a part's end, before that part's
     evaluation: the resumed run evaluates there first, then goes on, and its rows are the
     uninterrupted run's (DDP on 2 ranks is bit-identical on resume)."""
     import subprocess
-    import sys
 
     from tests.distributed import stop_after_first_epoch
 
@@ -105,7 +104,7 @@ def test_a_run_stopped_at_a_part_end_resumes_to_the_uninterrupted_rows(tmp_path,
     args += ["--set", "threads=1", "--set", "straggler=slow", "--set", "straggler_delay_ms=20"]
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "benchmarks.run", *args, "--out", str(out)]
+        return [*run_command, *args, "--out", str(out)]
 
     def timeless(out: Path) -> list[list[str]]:
         return [[v for k, v in r.items() if k not in ("wall_s", "comm_s")] for r in rows(out)]

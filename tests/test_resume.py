@@ -11,7 +11,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -98,12 +97,14 @@ CASES = {
 }
 
 
-def _command(case: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.run", *CASES[case], *COMMON, "--out", str(out)]
+def _command(run_command: list[str], case: str, out: Path) -> list[str]:
+    return [*run_command, *CASES[case], *COMMON, "--out", str(out)]
 
 
-def _run(case: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(case, out), cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+def _run(run_command: list[str], case: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _command(run_command, case, out), cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
+    )
 
 
 # The megabytes a rank sends move with the timing where a thread sends: at an evaluation, the parameter
@@ -133,17 +134,17 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, case):
+def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, case, run_command):
     if case == "horovod" and Horovod.unavailable() is not None:
         pytest.skip(Horovod.unavailable())
-    whole = _run(case, tmp_path / "whole")
+    whole = _run(run_command, case, tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr
     reference = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert reference["status"] == "completed" and not (tmp_path / "whole" / "checkpoint").exists()
     before = _digest(tmp_path / "whole")  # a neighbouring run that the stopped one must not touch
 
     out = tmp_path / "stopped"
-    code, output = stop_after_first_epoch(_command(case, out), out, ROOT, deadline_s=180)
+    code, output = stop_after_first_epoch(_command(run_command, case, out), out, ROOT, deadline_s=180)
     assert code == 75, output
     stopped = json.loads((out / "summary.json").read_text())
     assert stopped["status"] == "timeout" and stopped["steps"] < reference["steps"]
@@ -155,7 +156,7 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     ]
     assert _digest(tmp_path / "whole") == before
 
-    resumed = _run(case, out)
+    resumed = _run(run_command, case, out)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at epoch" in (out / "log.txt").read_text()
     summary = json.loads((out / "summary.json").read_text())

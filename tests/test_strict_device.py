@@ -221,7 +221,9 @@ def test_every_algorithm_trains_and_resumes_on_the_strict_device(tmp_path, case,
     stopped = json.loads((out / "summary.json").read_text())
     assert stopped["status"] == "timeout" and stopped["steps"] >= 2, stopped
 
-    resumed = subprocess.run(_command(strict_forkserver, case, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    resumed = subprocess.run(
+        _command(strict_forkserver, case, out), cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
     log = (out / "log.txt").read_text()
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:] + log[-3000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -8,7 +8,6 @@ import contextlib
 import json
 import math
 import subprocess
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -231,13 +230,11 @@ def test_wait_avoiding_rounds_keep_replicas_equal_after_each_global_average(tmp_
 @pytest.mark.parametrize(
     "extra", [[], ["--set", "mode=sync"], ["--set", "straggler=fixed", "--set", "straggler_delay_ms=10"]]
 )
-def test_wagma_reaches_the_digits_target_on_four_processes(tmp_path, extra):
+def test_wagma_reaches_the_digits_target_on_four_processes(tmp_path, extra, run_command):
     out = tmp_path / "wagma"
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "benchmarks.run",
+            *run_command,
             "--algorithm",
             "wagma",
             "--task",

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -232,7 +231,7 @@ def test_navigation_evaluation_reduces_its_sums_on_the_evaluation_device(monkeyp
 
 
 @pytest.mark.parametrize("task", ["cityscapes_deeplabv3", "wmt17_transformer", "navigation_ddppo"])
-def test_allreduce_run_on_two_processes_completes(tmp_path, task):
+def test_allreduce_run_on_two_processes_completes(tmp_path, task, run_command):
     sets = ["epochs=1", "wandb=false"]
     if task == "cityscapes_deeplabv3":
         sets.append(f"data_root={write_cityscapes(tmp_path / 'data')}")
@@ -244,7 +243,7 @@ def test_allreduce_run_on_two_processes_completes(tmp_path, task):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = ["--algorithm", "allreduce", "--task", task, "--nodes", "1", "--procs-per-node", "2", "--out", str(out)]
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", *args, *(f"--set={s}" for s in sets)],
+        [*run_command, *args, *(f"--set={s}" for s in sets)],
         cwd=ROOT,
         capture_output=True,
         text=True,
