@@ -31,7 +31,7 @@ def _entry(rank: int, world: int, store: str, fn: Callable, args: tuple) -> None
 
 # The ranks come from multiprocessing's fork server, which imports these once for the whole session:
 # a spawned rank paid ``import torch`` again (about 3 CPU-seconds on a busy 2-core machine, times 4
-# ranks, times some 60 calls). Forking pytest's own process instead would hand the ranks whatever
+# ranks, at about 40 call sites). Forking pytest's own process instead would hand the ranks whatever
 # thread pools and locks the earlier tests left in use there.
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "algorithms", "benchmarks.tasks.digits", "tests.distributed"]
 multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
