@@ -205,11 +205,12 @@ def batch_tensors(batch: object) -> list[torch.Tensor]:
     return [t for b in batch for t in batch_tensors(b)]
 
 
-def _fill(template: object, leaves: list[torch.Tensor]) -> object:
-    """The batch of ``template``'s nesting with ``leaves`` in place of its tensors (consumes the list)."""
+def fill_batch(template: object, leaves: list[torch.Tensor]) -> object:
+    """The batch of ``template``'s nesting with ``leaves`` in place of its tensors (consumes the list):
+    the inverse of ``batch_tensors``, by which an updater rebuilds the runner's batch from its slots."""
     if isinstance(template, torch.Tensor):
         return leaves.pop(0)
-    return type(template)(_fill(t, leaves) for t in template)
+    return type(template)(fill_batch(t, leaves) for t in template)
 
 
 class UpdaterPool:
@@ -375,7 +376,7 @@ def _run(
         slots, template, loss_fn, schedule = _get(setup, parent)
         while (item := _get(ready, parent)) is not None:  # a straggler's batch comes after its delay
             slot, step = item
-            batch = _fill(template, [t[slot] for t in slots])
+            batch = fill_batch(template, [t[slot] for t in slots])
             loss, span, grads = updater.gradients(batch, loss_fn)
             accelerator.synchronize(device)  # the slot's batch has been read once backward's kernels have run
             free.put(slot)

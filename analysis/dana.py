@@ -70,7 +70,7 @@ def comparison(runs: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, pd.D
                     table[f"paper {algo}"] = p.reindex(table.index)
         dana_columns = [c for c in table.columns if c.startswith("dana_") and c.endswith(" acc")]
         table = table[table[dana_columns].notna().any(axis=1)]  # a worker count without DANA runs says nothing
-        table["ordering"] = [_ordering(table.loc[n]) for n in table.index]
+        table["ordering"] = [ordering(table.loc[n]) for n in table.index]
         source = (
             f"paper: {PAPER_TABLES.get(task, 'Table 2 (CIFAR-10 ResNet-20)')}"
             if not paper.empty
@@ -85,7 +85,7 @@ DANA = ("dana_dc", "dana_slim")
 BASELINES = ("dc_asgd", "multi_asgd", "nag_asgd")
 
 
-def _ordering(row: pd.Series) -> str:
+def ordering(row: pd.Series) -> str:
     """Whether every DANA variant's median final accuracy is at least every baseline's (ties within
     ``TOLERANCE``); "does not hold" names the pairs that break it, "n/a" where either side is missing."""
 

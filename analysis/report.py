@@ -376,9 +376,10 @@ def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return out.reindex(rows["algorithm"].unique()).reset_index()
 
 
-def _calibration(path: Path) -> dict | None:
-    """The virtual cluster's predictions beside the measured times (``benchmarks/calibrate.py``'s
-    files), or None where the calibration was not run."""
+def calibration_section(path: Path) -> dict | None:
+    """The report's calibration section: the virtual cluster's predictions beside the measured times
+    (``benchmarks/calibrate.py``'s files) as a table and its figure, or None where the calibration
+    was not run."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -453,7 +454,7 @@ def render(files: dict) -> Path:
             for key, meta in papers.load_meta(files["papers_yaml"]).items()
         ],
         dana=_dana(dana.comparison(runs, curves)),
-        calibration=_calibration(files["calibration"]),
+        calibration=calibration_section(files["calibration"]),
         minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
         metadata=cells(metadata_table(runs)),

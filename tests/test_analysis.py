@@ -601,10 +601,11 @@ def test_calibration_errors_are_medians_over_the_seeds_that_reached_the_target(t
     assert out.loc["wagma", "error"] == pytest.approx(-0.5) and out.loc["wagma", "seeds"] == 1
     assert math.isnan(out.loc["sgp", "error"])  # no seed reached the target on both clocks
     rows.to_csv(tmp_path / "calibration.csv", index=False)
-    shown = report._calibration(tmp_path / "calibration.csv")
+    shown = report.calibration_section(tmp_path / "calibration.csv")
     assert shown["figure"] is None and shown["table"]["rows"][0] == ["ddp", "2.00", "2.20", "+10%", "3"]
     assert (
-        shown["table"]["rows"][2] == ["sgp", "", "", "", "0"] and report._calibration(tmp_path / "absent.csv") is None
+        shown["table"]["rows"][2] == ["sgp", "", "", "", "0"]
+        and report.calibration_section(tmp_path / "absent.csv") is None
     )
 
 

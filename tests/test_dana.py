@@ -340,8 +340,8 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     row = pd.Series(
         {"dana_dc acc": 0.96, "dana_slim acc": 0.90, "dc_asgd acc": 0.95, "multi_asgd acc": 0.89, "nag_asgd acc": 0.30}
     )
-    assert dana._ordering(row) == "does not hold: dana_slim < dc_asgd"
-    assert dana._ordering(row.drop(["dc_asgd acc", "multi_asgd acc", "nag_asgd acc"])) == "n/a"
+    assert dana.ordering(row) == "does not hold: dana_slim < dc_asgd"
+    assert dana.ordering(row.drop(["dc_asgd acc", "multi_asgd acc", "nag_asgd acc"])) == "n/a"
 
 
 def test_dana_dc_default_anchor_is_algorithm_7_as_printed():

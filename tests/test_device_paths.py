@@ -60,13 +60,25 @@ def test_meta_refuses_cpu_tensors_as_cuda_does():
         torch.zeros(3, device="meta") + torch.zeros(3)
 
 
-class _Stop(Exception):
-    """Raised by a stubbed collective once it has recorded its tensor."""
+def _meta_items(monkeypatch) -> list[torch.Tensor]:
+    """Let ``.item()`` read a meta tensor as 1.0, so that the code after it runs on meta too (a CUDA
+    tensor's value is copied to the host; meta holds none); returns every tensor read, whose device
+    and dtype say where the value was made."""
+    read = []
+    item = torch.Tensor.item
+
+    def meta_item(tensor: torch.Tensor) -> float:
+        read.append(tensor)
+        return 1.0 if tensor.is_meta else item(tensor)
+
+    monkeypatch.setattr(torch.Tensor, "item", meta_item)
+    return read
 
 
 def test_sgp_hands_the_backend_its_messages_on_the_parameters_device(monkeypatch):
-    """NCCL takes device tensors only: the pushed (x, w) of a step and the all-reduced one of eval_model."""
-    sent, set_to = [], []
+    """NCCL takes device tensors only: the pushed (x, w) of a step and the all-reduced one of eval_model,
+    and the weights read back from them (the kept state's after the step, the total's in eval_model)."""
+    sent = []
 
     def p2p_op(op, tensor, peer):
         if op is dist.isend:
@@ -75,27 +87,22 @@ def test_sgp_hands_the_backend_its_messages_on_the_parameters_device(monkeypatch
 
     monkeypatch.setattr(dist, "P2POp", p2p_op)
     monkeypatch.setattr(dist, "batch_isend_irecv", lambda ops: [])
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor, *args, **kwargs: sent.append(tensor))
+    read = _meta_items(monkeypatch)
     algo = SGP(Topology(0, nodes=2, procs_per_node=1))
     algo.model = Vector(4, dtype=torch.float64).to("meta")
-    monkeypatch.setattr(algo, "_set", lambda state, params: set_to.append(state))  # w = state[-1].item()
-    params = [p.data for p in algo.model.parameters()]
-    algo._gossip(params[0].clone(), params)
-
-    def all_reduce(tensor, *args, **kwargs):
-        sent.append(tensor)
-        raise _Stop  # eval_model goes on with .item(), which meta cannot do
-
+    algo.optimizer = torch.optim.SGD(algo.model.parameters(), lr=0.1)  # no gradients: the step moves nothing
     monkeypatch.setattr(algo, "averaged_model", lambda: algo.model)
-    monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    with pytest.raises(_Stop):
-        algo.eval_model()
-    assert [(t.device.type, t.dtype, t.numel()) for t in sent + set_to] == [("meta", torch.float64, 5)] * 3
+    algo.step()
+    algo.eval_model()
+    assert [(t.device.type, t.dtype, t.numel()) for t in sent] == [("meta", torch.float64, 5)] * 2
+    assert [(t.device.type, t.dtype) for t in read] == [("meta", torch.float64)] * 2
 
 
 def _sgp_on_meta(monkeypatch):
+    _meta_items(monkeypatch)  # the consumed state's weight
     algo = SGP(Topology(0, nodes=2, procs_per_node=1), overlap=1)
     algo.model = nn.Linear(2, 2, device="meta")  # 6 parameters: messages of 7
-    monkeypatch.setattr(algo, "_set", lambda state, params: None)
     state = {**algo.state_dict(), "in_flight": [(0, [torch.arange(7.0)])]}  # as a shard is read: on the CPU
 
     def restored():

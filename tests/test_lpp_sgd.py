@@ -30,10 +30,10 @@ from algorithms.hogwild import (
     Schedule,
     Updater,
     UpdaterPool,
-    _fill,
     apply_average_,
     averaging_period,
     contiguous_blocks,
+    fill_batch,
     lr_at,
     sgd_step_,
     warmed_up_lr,
@@ -208,7 +208,7 @@ def test_the_updaters_get_each_batch_on_the_models_device():
         pool.setup(batch, nn.functional.cross_entropy, Schedule(10, 2, 0.1, 0.2, 0, None), slots=2)
         pool.put(batch, 0)
         slot, step = pool.ready.get(timeout=10)
-        x, y = _fill(pool.template, [t[slot] for t in pool.slots])
+        x, y = fill_batch(pool.template, [t[slot] for t in pool.slots])
         assert model(x).shape == (5, 3) and y.device == torch.device("meta") and step == 0
     finally:
         pool.close()

@@ -3,7 +3,8 @@
 The import graph is read from the source (every ``import``, at module level or inside a function;
 not those under ``if TYPE_CHECKING:``, which never run), over the suite's three packages. A
 package's ``__init__`` counts where it is imported for a name it defines, not as the parent of
-every submodule (as import linters count it).
+every submodule (as import linters count it). Private names are looked for in the tests too: a test
+that reaches into a module's private name pins what the module may change freely.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("algorithms", "benchmarks", "analysis")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -120,33 +121,94 @@ def test_the_runner_reads_top_to_bottom_in_350_lines_or_fewer():
     assert lines <= 350, f"benchmarks/run.py has {lines} lines; move what is not the loop to its module"
 
 
-def test_no_module_uses_a_private_name_of_another():
-    modules = _modules()
+def _module_named(node: ast.expr, bound: dict[str, str]) -> str | None:
+    """The dotted module name an expression spells (``a.b`` with ``a`` bound to ``pkg``: ``pkg.b``), or None."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _module_named(node.value, bound)
+        return f"{owner}.{node.attr}" if owner else None
+    return None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _called(call: ast.Call) -> str:
+    """The name a call calls: ``setattr`` of ``setattr(...)`` and of ``monkeypatch.setattr(...)``."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _borrowed(name: str, source: str, modules: dict[str, Path]) -> list[str]:
+    """Where module ``name`` uses another module's private name: ``from m import _x``; ``m._x`` after
+    ``import m``, ``import m as a`` or ``from package import m`` (``pkg.m._x`` after ``import pkg.m``);
+    and ``getattr(m, "_x")``, ``setattr``, ``monkeypatch.setattr(m, "_x", ...)`` or its string form
+    ``monkeypatch.setattr("m._x", ...)``."""
+    tree = ast.parse(source)
     borrowed = []
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        aliases = {}  # local name -> one of the suite's modules
-        for node in _imports(tree):
-            if isinstance(node, ast.ImportFrom) and node.module in modules:
-                for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    if full in modules:
-                        aliases[alias.asname or alias.name] = full
-                    elif alias.name.startswith("_"):
-                        borrowed.append(f"{name}: from {node.module} import {alias.name}")
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name in modules and alias.asname:
-                        aliases[alias.asname] = alias.name
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in aliases
-                and node.attr.startswith("_")
-                and not node.attr.startswith("__")
-            ):
-                borrowed.append(f"{name}: {node.value.id}.{node.attr}")
+    bound = {}  # local name -> what it names: one of the modules, or the top package of ``import a.b``
+    for node in _imports(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in modules:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:
+                    bound[alias.asname or alias.name] = full
+                elif _private(alias.name) and node.module != name:
+                    borrowed.append(f"{name}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]  # ``import a.b`` binds ``a``
+                bound[alias.asname or top] = alias.name if alias.asname else top
+
+    def foreign(module: str | None) -> bool:
+        return module in modules and module != name
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and foreign(_module_named(node.value, bound)):
+            borrowed.append(f"{name}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and node.args and _called(node) in ("getattr", "setattr", "delattr", "hasattr"):
+            first, *rest = node.args
+            named = rest[0].value if rest and isinstance(rest[0], ast.Constant) else None
+            if isinstance(named, str):
+                hit = _private(named) and foreign(_module_named(first, bound))
+            elif isinstance(first, ast.Constant) and isinstance(first.value, str):  # monkeypatch's "module._x"
+                module, _, attr = first.value.rpartition(".")
+                hit = _private(attr) and foreign(module)
+            else:
+                hit = False
+            if hit:
+                borrowed.append(f"{name}: {ast.unparse(node)}")
+    return borrowed
+
+
+def test_the_private_name_finder_finds_each_form():
+    modules = dict.fromkeys(["pkg", "pkg.m", "pkg.n"], ROOT)
+    planted = {
+        "from pkg.m import _x": "from pkg.m import _x",
+        "import pkg.m\npkg.m._x()": "pkg.m._x",
+        "import pkg.m as a\na._x": "a._x",
+        "from pkg import m\nm._x": "m._x",
+        "import pkg\npkg._x": "pkg._x",
+        "from pkg import m\ndef f(monkeypatch):\n    monkeypatch.setattr(m, '_x', 1)": "monkeypatch.setattr(m, '_x', 1)",
+        "def f(monkeypatch):\n    monkeypatch.setattr('pkg.m._x', 1)": "monkeypatch.setattr('pkg.m._x', 1)",
+        "from pkg import m\ngetattr(m, '_x')": "getattr(m, '_x')",
+    }
+    for source, found in planted.items():
+        assert _borrowed("pkg.n", source, modules) == [f"pkg.n: {found}"], source
+    allowed = [
+        "from pkg.m import x\nimport pkg.m\npkg.m.x, pkg.m.__name__",  # public and dunder names
+        "import torch\ntorch._C",  # a private name of a module outside the suite
+        "from pkg import n\nn._x",  # its own
+        "from pkg import m\nm.thing._x",  # an object's attribute, which a static reading cannot place
+    ]
+    for source in allowed:
+        assert _borrowed("pkg.n", source, modules) == [], source
+
+
+def test_no_module_uses_a_private_name_of_another():
+    modules = _modules((*PACKAGES, "tests"))
+    borrowed = [found for name, path in modules.items() for found in _borrowed(name, path.read_text(), modules)]
     assert borrowed == []
 
 
