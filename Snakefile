@@ -28,6 +28,7 @@ from benchmarks import EXIT_TIMEOUT, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
 
 STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
+CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m benchmarks.calibrate), beside its .png
 
 if not config:  # a --configfile replaces the default matrix instead of being merged into it
     config.update(yaml.safe_load(open(Path(workflow.basedir) / "config/config.yaml")))
@@ -235,17 +236,18 @@ rule tables:
         stragglers="results/tables/stragglers.csv",
         papers="results/tables/papers.csv",
         claims="results/tables/claims.csv",
+        dana="results/tables/dana.csv",
+        global_syncs="results/tables/global_syncs.csv",
     log:
         "results/logs/tables.log",
     shell:
-        # and dana.csv where there are asynchronous runs (undeclared: not every matrix makes one)
         "{PY} -m analysis.tables --runs {input.runs} --curves {input.curves}"
         " --papers-yaml {input.papers_yaml} --time-to-target {output.time_to_target}"
         " --time-to-target-md {output.time_to_target_md}"
         " --scaling {output.scaling} --performance-ratios {output.performance_ratios}"
         " --performance-profile {output.performance_profile} --stragglers {output.stragglers}"
         " --papers {output.papers} --claims-yaml {input.claims_yaml} --claims {output.claims}"
-        " --dana results/tables/dana.csv > {log} 2>&1"
+        " --dana {output.dana} --global-syncs {output.global_syncs} > {log} 2>&1"
 
 
 rule figures:
@@ -269,25 +271,36 @@ rule figures:
         " --stragglers {input.stragglers} --figures {params.figures} > {log} 2>&1"
 
 
+def present(*paths):
+    """An input function: those of ``paths`` that exist when the workflow is planned, for files a rule
+    reads where present and no rule makes. The report's started.txt is written by onstart, after the
+    planning: an invocation declares the one its predecessor wrote, and reads its own."""
+    return lambda wildcards: [path for path in paths if Path(path).is_file()]
+
+
 rule report:
     input:
         runs=rules.aggregate.output.runs,
-        curves=rules.aggregate.output.curves,
         time_to_target=rules.tables.output.time_to_target,
         scaling=rules.tables.output.scaling,
         stragglers=rules.tables.output.stragglers,
         performance_profile=rules.tables.output.performance_profile,
         papers=rules.tables.output.papers,
         claims=rules.tables.output.claims,
+        global_syncs=rules.tables.output.global_syncs,
+        dana=rules.tables.output.dana,
         papers_yaml="analysis/papers/papers.yaml",
         figures=rules.figures.output.png,
+        calibration=present(CALIBRATION, CALIBRATION.replace(".csv", ".png")),
+        started=present(STARTED),
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
     shell:
-        "{PY} -m analysis.report --render-only --runs {input.runs} --curves {input.curves}"
+        "{PY} -m analysis.report --render-only --runs {input.runs}"
         " --time-to-target {input.time_to_target} --scaling {input.scaling} --stragglers {input.stragglers}"
         " --performance-profile {input.performance_profile} --papers {input.papers} --claims {input.claims}"
+        " --global-syncs {input.global_syncs} --dana {input.dana}"
         " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output}"
-        " --calibration results/calibration/calibration.csv --started {STARTED} > {log} 2>&1"  # where present
+        " --calibration {CALIBRATION} --started {STARTED} > {log} 2>&1"  # each read where present

@@ -9,14 +9,20 @@ at least as accurate as each of its baselines run (DC-ASGD, Multi-ASGD, NAG-ASGD
 ``TOLERANCE``; the cell names the pairs that break it. The gap is the mean
 over a run's evaluations of ``metrics.csv``'s ``gap`` column (RMS distance between the master's
 vector and the one a gradient was computed on), medianed over seeds.
+
+The tables step writes the tables to one CSV (:func:`cell_rows`) and the report reads them back
+(:func:`read`), so that the report renders them without computing them.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
 from analysis import papers
 
+CELLS = ["setting", "workers", "column", "value"]  # the CSV's columns: one row per cell of a table
 ASYNC = ["dana_dc", "dana_slim", "dana_zero", "dc_asgd", "multi_asgd", "nag_asgd", "asgd", "allreduce", "ddp"]
 PAPER_TABLES = {"cifar10_resnet20": "Table 2", "cifar10_wrn16_4": "Table 3", "cifar100_wrn16_4": "Table 4"}
 TOLERANCE = 0.005  # accuracies this close (half a point) count as a tie in the ordering check
@@ -99,6 +105,47 @@ def ordering(row: pd.Series) -> str:
         return "n/a"
     broken = [f"{a} < {b}" for a, v in dana.items() for b, w in baselines.items() if v < w - TOLERANCE]
     return "holds" if not broken else "does not hold: " + ", ".join(broken)
+
+
+def cell_rows(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """:func:`comparison`'s tables as one CSV's rows, one per cell (``CELLS``), in the tables' order.
+
+    The settings' tables have columns of their own (the algorithms run there, the paper's numbers),
+    which one wide CSV would pad with empty cells that read back as missing values in a column the
+    table has; a row per cell keeps each table's columns, empty ones included. A table without rows
+    (no worker count with a DANA run) keeps its columns as rows without workers.
+    """
+    rows = []
+    for title, table in tables:
+        columns = [c for c in table.columns if c != "workers"]
+        values = [(n, c, v) for n, row in table.set_index("workers").iterrows() for c, v in row.items()]
+        rows += [
+            {"setting": title, "workers": n, "column": c, "value": v}
+            for n, c, v in values or [(None, c, None) for c in columns]
+        ]
+    return pd.DataFrame(rows, columns=CELLS).astype({"workers": "Int64"})  # a table without rows has none
+
+
+def read(path: Path) -> list[tuple[str, pd.DataFrame]]:
+    """Read back the tables that :func:`cell_rows` laid out, each with its columns in their order and
+    its numbers as numbers (``ordering`` stays text)."""
+    rows = pd.read_csv(
+        path,
+        dtype={"setting": str, "workers": "Int64", "column": str, "value": str},
+        keep_default_na=False,  # "n/a" is an ordering, not a missing value
+        na_values={"workers": [""], "value": [""]},
+    )
+    out = []
+    for title, group in rows.groupby("setting", sort=False):
+        filled = group.dropna(subset=["workers"])
+        table = filled.pivot(index="workers", columns="column", values="value").reindex(
+            index=filled["workers"].unique(), columns=group["column"].unique()
+        )
+        for column in table.columns:
+            if column != "ordering":
+                table[column] = pd.to_numeric(table[column])
+        out.append((title, table.rename_axis(index="workers", columns=None).reset_index()))
+    return out
 
 
 def verdict(tables: list[tuple[str, pd.DataFrame]], min_workers: int = 16) -> str:

@@ -15,11 +15,9 @@ order a reader asks in:
 
 The page is the Jinja2 template ``analysis/templates/report.html`` (autoescaped). This module only
 reads the earlier steps' files, by column name, and formats them for people: it recomputes none of
-them. Two small tables that no step writes in a form the page can show are derived from
-``runs.csv`` and ``curves.csv`` as they are rendered: DASO's global synchronisations
-(:func:`analysis.tables.global_syncs`) and DANA's comparison (:func:`analysis.dana.comparison`,
-whose columns differ per setting, which one CSV cannot keep). Simulated times carry "(simulated)"
-wherever they are shown and are never divided by wall-clock times.
+them (DASO's global synchronisations and DANA's comparison included, which the tables step writes
+as ``global_syncs.csv`` and ``dana.csv``). Simulated times carry "(simulated)" wherever they are
+shown and are never divided by wall-clock times.
 
 ``python -m analysis.report --results DIR`` rebuilds everything from ``DIR/runs/`` alone, for a user
 who calls it by hand: the earlier steps (aggregate, tables, figures) in the Snakefile's order, then
@@ -43,13 +41,14 @@ from benchmarks import naming
 
 FILES = {
     "runs": "tables/runs.csv",
-    "curves": "tables/curves.csv",
     "time_to_target": "tables/time_to_target.csv",
     "scaling": "tables/scaling.csv",
     "stragglers": "tables/stragglers.csv",
     "performance_profile": "tables/performance_profile.csv",
     "papers": "tables/papers.csv",
     "claims": "tables/claims.csv",
+    "global_syncs": "tables/global_syncs.csv",
+    "dana": "tables/dana.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
     "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
@@ -230,7 +229,7 @@ def _suite(
     keep = [k in matched for k in zip(pooled["task"], pooled["nodes"], pooled["procs_per_node"])]
     pooled = pooled[pd.Series(keep, index=pooled.index, dtype=bool)]  # a mask even where there are no rows
     straggling = stragglers.display(pooled)
-    own_syncs = syncs[syncs["suite"] == suite] if not syncs.empty else syncs
+    own_syncs = syncs[syncs["suite"] == suite]
     return {
         "name": suite,
         "table": cells(tables.display_table(table).drop(columns=["suite"])),
@@ -410,7 +409,7 @@ def workflow_minutes(path: Path, now: float | None = None) -> float | None:
 
 def render(files: dict) -> Path:
     """Render ``files["report"]`` from the tables and figures named in ``files``; return its path."""
-    runs, curves = aggregate.read_runs(files["runs"]), aggregate.read_curves(files["curves"])
+    runs = aggregate.read_runs(files["runs"])
     table = tables.read_table(files["time_to_target"])
     scale, pooled = tables.read_table(files["scaling"]), tables.read_table(files["stragglers"])
     prof = tables.read_table(files["performance_profile"])
@@ -419,7 +418,7 @@ def render(files: dict) -> Path:
     shown = Figures(files["figures"])
     finished = int((runs["status"] != INCOMPLETE).sum())
     suites = sorted(table["suite"].unique())
-    syncs = tables.global_syncs(curves)
+    syncs = tables.read_table(files["global_syncs"])
     hardware = hardware_here(runs)
     problems = problem_runs(runs)
     summary = summary_table(table)
@@ -453,7 +452,7 @@ def render(files: dict) -> Path:
             _paper(key, meta, _rows_of(compared, key), hardware)
             for key, meta in papers.load_meta(files["papers_yaml"]).items()
         ],
-        dana=_dana(dana.comparison(runs, curves)),
+        dana=_dana(dana.read(files["dana"])),
         calibration=calibration_section(files["calibration"]),
         minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,

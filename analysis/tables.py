@@ -43,6 +43,7 @@ FILES = {
     "claims_yaml": claims.CLAIMS,
     "claims": "tables/claims.csv",
     "dana": "tables/dana.csv",
+    "global_syncs": "tables/global_syncs.csv",
 }
 # Columns that hold text whatever they look like, in every table this module writes.
 _TEXT = ["suite", "task", "algorithm", "straggler", "clock", "k/n", "metric"]
@@ -226,13 +227,12 @@ def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
 
     Per suite, task, layout and algorithm with a ``global_syncs`` column: the median over seeds of
     the run's total global syncs and of its optimizer steps (DDP all-reduces across all nodes once
-    per step), the share of syncs saved, and the median bytes put on the inter-node links.
+    per step), the share of syncs saved, and the median bytes put on the inter-node links. No rows,
+    with these columns, where no run has the column (the report reads the file back by name).
     """
-    if "global_syncs" not in curves.columns:
-        return pd.DataFrame()
+    if "global_syncs" not in curves.columns or curves["global_syncs"].isna().all():
+        return pd.DataFrame(columns=[*GROUP, "algorithm", "syncs", "steps", "sync_bytes", "saved vs DDP"])
     rows = curves.dropna(subset=["global_syncs"])
-    if rows.empty:
-        return pd.DataFrame()
     per_run = rows.groupby(GROUP + ["algorithm", "run_id"], sort=True).agg(
         syncs=("global_syncs", "sum"), steps=("step", "max"), sync_bytes=("global_sync_bytes", "sum")
     )
@@ -253,8 +253,10 @@ def write(files: dict) -> pd.DataFrame:
     ``time_to_target`` (CSV) and ``time_to_target_md`` (formatted), ``scaling``,
     ``performance_profile`` with ``performance_ratios`` (the ratios it comes from), ``stragglers``,
     ``papers`` (every published number of ``papers_yaml`` beside the suite's), ``claims`` (each claim
-    of ``claims_yaml`` with its verdict, :mod:`analysis.claims`) and, where there are
-    runs of the asynchronous family, ``dana`` (:func:`analysis.dana.comparison`).
+    of ``claims_yaml`` with its verdict, :mod:`analysis.claims`), ``dana`` (DANA's comparison,
+    :func:`analysis.dana.comparison`, a row per cell; no rows without runs of the asynchronous
+    family) and ``global_syncs`` (:func:`global_syncs`; no rows without DASO's runs): every table
+    the report shows, so that it renders them and computes none.
     """
     runs = read_runs(files["runs"])
     table = time_to_target(runs)
@@ -276,9 +278,9 @@ def write(files: dict) -> pd.DataFrame:
     ]
     pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
     claims.table(runs, claims.load(files["claims_yaml"])).to_csv(files["claims"], index=False)
-    dana_tables = dana.comparison(runs, read_curves(files["curves"]))
-    if dana_tables:  # only where there are asynchronous runs, as before: the file is not a declared output
-        pd.concat([t.assign(setting=title) for title, t in dana_tables]).to_csv(files["dana"], index=False)
+    curves = read_curves(files["curves"])
+    dana.cell_rows(dana.comparison(runs, curves)).to_csv(files["dana"], index=False)
+    global_syncs(curves).to_csv(files["global_syncs"], index=False)
     return table
 
 

@@ -22,7 +22,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import aggregate, claims, figures, papers, plotting, profile, report, scaling, stragglers, tables, traces
+from analysis import (
+    aggregate,
+    claims,
+    dana,
+    figures,
+    papers,
+    plotting,
+    profile,
+    report,
+    scaling,
+    stragglers,
+    tables,
+    traces,
+)
 from benchmarks import naming
 
 SUITE, TASK, NODES, PPN = "local", "digits", 1, 2
@@ -283,12 +296,21 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     assert "node01, node02, node03" in text
 
 
-def test_render_only_reads_the_tables_and_figures_not_the_runs(results: Path, tmp_path: Path) -> None:
+def test_render_only_reads_the_tables_and_figures_not_the_runs(
+    results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shutil.copytree(results / "runs", tmp_path / "runs")
     report.main(["--results", str(tmp_path)])  # by hand: every step, then the report
     by_hand = (tmp_path / "report.html").read_text(encoding="utf-8")
     shutil.rmtree(tmp_path / "runs")
+    (tmp_path / "tables" / "curves.csv").unlink()  # what the tables step reads, not the report
     (tmp_path / "report.html").unlink()
+
+    def computed(*args: object) -> None:
+        raise AssertionError("the report computes a table the tables step writes")
+
+    monkeypatch.setattr(tables, "global_syncs", computed)
+    monkeypatch.setattr(dana, "comparison", computed)
     report.main(["--render-only", "--results", str(tmp_path)])
     assert (tmp_path / "report.html").read_text(encoding="utf-8") == by_hand
     with pytest.raises(SystemExit):  # a file named without --render-only would be rebuilt elsewhere
@@ -320,7 +342,7 @@ def test_every_algorithm_has_a_colour_of_its_own_ddp_first() -> None:
     assert len(colours) == 19 and len(set(colours.values())) == 19
 
 
-def test_global_syncs_against_ddp_on_hand_made_curves():
+def test_global_syncs_against_ddp_on_hand_made_curves(tmp_path: Path) -> None:
     import pandas as pd
 
     from analysis import tables
@@ -361,6 +383,11 @@ def test_global_syncs_against_ddp_on_hand_made_curves():
     row = out.iloc[0]
     assert row["syncs"] == 37 and row["steps"] == 66  # median of 36 and 38; 3 epochs x 22 steps
     assert abs(row["saved vs DDP"] - (1 - 37 / 66)) < 1e-12 and row["sync_bytes"] == 3700
+    # The tables step writes it for the report, which reads it back by column name, as it was.
+    out.to_csv(tmp_path / "global_syncs.csv", index=False)
+    pd.testing.assert_frame_equal(tables.read_table(tmp_path / "global_syncs.csv"), out, check_dtype=False)
+    none = tables.global_syncs(pd.DataFrame(rows).drop(columns=["global_syncs", "global_sync_bytes"]))
+    assert none.empty and list(none.columns) == list(out.columns)  # no DASO run: no rows, the same columns
 
 
 def test_straggler_label_names_every_setting_that_changes_the_delay() -> None:

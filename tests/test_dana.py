@@ -335,6 +335,19 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
         "does not hold: dana_dc < nag_asgd, dana_slim < nag_asgd"
     )
     assert "holds here in 1 of 1 settings" in dana.verdict([(title, table)])
+    # The tables step writes the tables a row per cell, and the report reads each back as it was: its
+    # own columns in their order, one with no value (a synchronous reference has no gap) and a table
+    # without rows (a setting whose worker counts have no DANA run) included.
+    shown = [(title, table.assign(**{"allreduce gap": float("nan")})), ("none", table.iloc[:0, [0, 1, -1]])]
+    dana.cell_rows(shown).to_csv(tmp_path / "dana.csv", index=False)
+    read = dana.read(tmp_path / "dana.csv")
+    assert [t for t, _ in read] == [title, "none"] and list(read[1][1].columns) == [
+        "workers",
+        "dana_dc acc",
+        "ordering",
+    ]
+    for (_, frame), (_, back) in zip(shown, read):
+        pd.testing.assert_frame_equal(back, frame, check_dtype=False)
     # Each DANA variant against each baseline: DANA-Slim below DC-ASGD breaks the ordering, although
     # DANA-DC >= DANA-Slim > NAG-ASGD (the only pairs the check once compared) still holds.
     row = pd.Series(
