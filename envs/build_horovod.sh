@@ -2,9 +2,12 @@
 # Builds Horovod 0.28.1 (PyTorch + Gloo + MPI, + NCCL with a CUDA torch) into a cached wheel and installs it into ./.venv.
 #
 # Horovod's last release ships only an sdist, and its CMake forces -std=c++14 while torch 2.13's
-# headers need C++17; CXXFLAGS cannot fix that (CMake's flag comes last). A compiler wrapper that
-# appends -std=c++17 after everything else does (gcc honours the last -std), with no patch to
-# Horovod. See /work/shared/ENVIRONMENT.md, "Horovod 0.28.1".
+# headers need C++17 (a plain `pip install horovod` stops at torch's "#error C++17 or later
+# compatible compiler is required"); CXXFLAGS cannot fix that (CMake's flag comes last). A compiler
+# wrapper that appends -std=c++17 after everything else does (gcc honours the last -std), with no
+# patch to Horovod. The wheel runs under the launches of tests/test_horovod.py (mpirun, horovodrun
+# --gloo, the suite's launcher); horovodrun in MPI mode does not find PyPI's MPICH 5 (it looks for
+# "MPICH" in `mpirun --version`), and HOROVOD_CPU_OPERATIONS=gloo under plain mpirun segfaulted.
 #
 # The wheel is tied to the torch, Python and MPI it was built against, so the cache key holds all
 # three: $DPB_WHEEL_CACHE (default ~/.cache/dp-bench/wheels)/horovod-0.28.1-<key>/.
