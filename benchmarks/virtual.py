@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import math
 import threading
 from collections import deque
@@ -63,6 +64,8 @@ class Actor:
     done: bool = False
     rng: torch.Tensor | None = None
     waiting_for: str = ""
+    waits_on: object = None  # what its ``ready`` depends on: whoever changes that pokes it (``Scheduler.poke``)
+    stamp: int = 0  # its entry in the scheduler's queue is current only with this stamp
     # where its virtual time went: computing (straggler delays included), in communication (the
     # modelled cost of what it waited for), idle (waiting for other ranks or its own threads)
     compute_s: float = 0.0
@@ -73,7 +76,17 @@ class Actor:
 
 class Scheduler:
     """Runs one actor at a time: the one whose next event (its clock, or the time the thing it waits
-    for completes) is earliest; ties go to the lowest rank."""
+    for completes) is earliest; ties go to the lowest index (the ranks first, in rank order).
+
+    The candidates are kept in a heap of (time, index): an actor enters it when it hands the machine
+    on, at its clock, or, when it waits, at the time its ``ready`` gives, once that is known. An
+    actor waits on something (``waits_on``: a mailbox, a collective call, a lock, an event, a
+    thread); whoever changes that thing calls ``poke``, which asks its waiters again. So a switch
+    costs O(log actors) instead of asking every actor (at 256 ranks with a thread or two each, most
+    of them waiting, that scan was the whole cost of a run). An entry is checked when it reaches the
+    top of the heap: a time that has moved since is queued again, an actor that can no longer go on
+    (a lock taken meanwhile) waits for its next poke.
+    """
 
     def __init__(self, world_size: int) -> None:
         self.actors = [Actor(r, r) for r in range(world_size)]
@@ -81,6 +94,9 @@ class Scheduler:
         self.current: Actor | None = None
         self.error: BaseException | None = None
         self.local = threading.local()
+        self.queue: list[tuple[float, int, int, Actor]] = []  # (time, index, stamp, actor)
+        self.waiters: dict[object, set[Actor]] = {}  # what is waited on -> who waits on it
+        self.polled: set[Actor] = set()  # waiting on nothing named: asked at every switch
 
     # -- used by the ranks' threads -------------------------------------------------------------
     def me(self) -> Actor:
@@ -96,18 +112,30 @@ class Scheduler:
         me.compute_s += seconds
         self._switch(me)
 
-    def wait(self, ready: Callable[[], float | None], what: str) -> float:
-        """Block the calling rank until ``ready()`` gives a time; its clock then moves there. Returns
-        the virtual time it waited (counted idle; a communication's wait moves its cost to comm)."""
+    def wait(self, ready: Callable[[], float | None], what: str, on: object = None) -> float:
+        """Block the calling rank until ``ready()`` gives a time; its clock then moves there. ``on``
+        is what ``ready`` reads, which its changers ``poke`` (None: ``ready`` is asked at every
+        switch). Returns the virtual time it waited (counted idle; a communication's wait moves its
+        cost to comm)."""
         me = self.me()
         if (t := ready()) is not None and t <= me.clock:
             return 0.0
-        me.ready, me.waiting_for = ready, what
+        me.ready, me.waiting_for, me.waits_on = ready, what, on
+        if on is not None:
+            self.waiters.setdefault(on, set()).add(me)
         self._switch(me)
+        if on is not None:
+            self.waiters[on].discard(me)
         before, me.clock = me.clock, max(me.clock, ready())
-        me.ready, me.waiting_for = None, ""
+        me.ready, me.waiting_for, me.waits_on = None, "", None
         me.idle_s += me.clock - before
         return me.clock - before
+
+    def poke(self, on: object) -> None:
+        """``on`` changed: queue those waiting on it that can now go on, at their time."""
+        for actor in self.waiters.get(on, ()):
+            if actor is not self.current:
+                self._queue(actor)
 
     # -- the threads ----------------------------------------------------------------------------
     def run(self, body: Callable[[int], object]) -> list[object]:
@@ -117,6 +145,7 @@ class Scheduler:
         for actor in list(self.actors):
             actor.rng = state.clone()
             self._start(actor, lambda a=actor: results.__setitem__(a.rank, body(a.rank)), f"rank{actor.rank}")
+            self._queue(actor)
         self._hand_to(self._next())
         while True:  # the ranks' threads, and those they started
             running = [t for t in self.threads if t.is_alive()]
@@ -136,6 +165,7 @@ class Scheduler:
         self.actors.append(child)
         world = _ThreadWorlds.local.data  # it uses its rank's process groups
         self._start(child, target, name, world)
+        self._queue(child)
         return child
 
     def _start(self, actor: Actor, target: Callable[[], None], name: str, world: dict | None = None) -> None:
@@ -150,6 +180,7 @@ class Scheduler:
                 self._fail(error)
             finally:
                 actor.done = True
+                self.poke(actor)  # those joining it
                 if self.error is None:
                     # Hand the machine on. A deadlock among the threads left is recorded by _switch,
                     # which wakes them to raise it; this thread, already done, has nothing to add.
@@ -164,24 +195,52 @@ class Scheduler:
         if self.error is not None:
             raise RuntimeError("another rank of the virtual cluster failed") from None
 
+    def _when(self, actor: Actor) -> float | None:
+        """When ``actor`` can go on: its clock, or when what it waits for completes (None: not yet)."""
+        if actor.ready is None:
+            return actor.clock
+        r = actor.ready()
+        return None if r is None else max(actor.clock, r)
+
+    def _queue(self, actor: Actor) -> None:
+        """(Re)enter ``actor`` in the queue at its time, or, until it has one, among the waiters."""
+        actor.stamp += 1  # its earlier entry, if any, is stale
+        if actor.done:
+            return
+        t = self._when(actor)
+        if t is not None:
+            heapq.heappush(self.queue, (t, actor.index, actor.stamp, actor))
+        elif actor.waits_on is None:
+            self.polled.add(actor)
+
     def _next(self) -> Actor | None:
-        best, when = None, None
-        for actor in self.actors:
-            if actor.done:
+        for actor in list(self.polled):  # waits on nothing named: asked at every switch
+            if self._when(actor) is not None:
+                self.polled.discard(actor)
+                self._queue(actor)
+        while self.queue:
+            t, index, stamp, actor = self.queue[0]
+            if stamp != actor.stamp or actor.done:
+                heapq.heappop(self.queue)
                 continue
-            if actor.ready is None:
-                t = actor.clock
-            else:
-                r = actor.ready()
-                if r is None:
-                    continue
-                t = max(actor.clock, r)
-            if when is None or t < when:  # the list's order breaks ties
-                best, when = actor, t
-        return best
+            now = self._when(actor)
+            if now is None:  # can no longer go on (say, a lock taken meanwhile): waits for a poke
+                heapq.heappop(self.queue)
+                if actor.waits_on is None:
+                    self.polled.add(actor)
+                continue
+            if now != t:  # moved since it was queued: queue it at its time
+                heapq.heapreplace(self.queue, (now, index, stamp, actor))
+                continue
+            heapq.heappop(self.queue)
+            actor.stamp += 1
+            return actor
+        return None
 
     def _switch(self, me: Actor) -> None:
         """Hand the machine to the actor whose next event is earliest, and wait for our turn."""
+        if not me.done:
+            self._queue(me)
         nxt = self._next()
         if nxt is None and not all(a.done for a in self.actors):
             waits = "; ".join(
@@ -253,7 +312,7 @@ class _Thread:
 
     def join(self, timeout: float | None = None) -> None:  # noqa: ARG002 - a virtual wait has no timeout
         actor = self.actor
-        self.scheduler.wait(lambda: actor.clock if actor.done else None, f"thread {self.name} to end")
+        self.scheduler.wait(lambda: actor.clock if actor.done else None, f"thread {self.name} to end", actor)
 
     def is_alive(self) -> bool:
         return self.actor is not None and not self.actor.done
@@ -265,12 +324,13 @@ class _Lock:
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:  # noqa: ARG002
         if self.owner is not None:
-            self.scheduler.wait(lambda: self.released_at if self.owner is None else None, "a lock")
+            self.scheduler.wait(lambda: self.released_at if self.owner is None else None, "a lock", self)
         self.owner = self.scheduler.me()
         return True
 
     def release(self) -> None:
         self.owner, self.released_at = None, self.scheduler.now()
+        self.scheduler.poke(self)
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -286,6 +346,7 @@ class _Event:
     def set(self) -> None:
         if not self.flag:
             self.flag, self.set_at = True, self.scheduler.now()
+            self.scheduler.poke(self)
 
     def clear(self) -> None:
         self.flag = False
@@ -295,7 +356,7 @@ class _Event:
 
     def wait(self, timeout: float | None = None) -> bool:  # noqa: ARG002
         if not self.flag:
-            self.scheduler.wait(lambda: self.set_at if self.flag else None, "an event")
+            self.scheduler.wait(lambda: self.set_at if self.flag else None, "an event", self)
         return True
 
 
@@ -316,7 +377,7 @@ class _Condition:
     def wait(self, timeout: float | None = None) -> bool:  # noqa: ARG002 - woken by a notify only
         seen = self.notifications
         self.lock.release()
-        self.scheduler.wait(lambda: self.notified_at if self.notifications > seen else None, "a condition")
+        self.scheduler.wait(lambda: self.notified_at if self.notifications > seen else None, "a condition", self)
         self.lock.acquire()
         return True
 
@@ -328,6 +389,7 @@ class _Condition:
     def notify_all(self) -> None:
         self.notifications += 1
         self.notified_at = self.scheduler.now()
+        self.scheduler.poke(self)
 
     notify = notify_all  # a spurious wake-up is allowed
 
@@ -354,11 +416,56 @@ class Cluster:
         self.world_size, self.procs_per_node, self.network = world_size, procs_per_node, network
         self.scheduler = Scheduler(world_size)
         self.collectives: dict[tuple[str, int], _Collective] = {}
-        # (group, source, destination, tag) -> messages in flight: (tensors, arrival time, cost)
-        self.mailboxes: dict[tuple[str, int, int, int], deque[tuple[list[torch.Tensor], float, float]]] = {}
+        self.inboxes: dict[tuple[str, int, int], _Inbox] = {}  # (group, destination, tag) -> its messages
+        self.messages = 0  # messages sent so far: each one's number
         # Messages are charged as if they were this many times larger: a paper's model on the wire
         # (``sim_model_mb``) while the embedded task's small model computes the numbers.
         self.byte_scale = 1.0
+
+
+@dataclass(eq=False)
+class _Message:
+    tensors: list[torch.Tensor]
+    arrives: float  # virtual time
+    cost: float  # the link's time for it
+    number: int  # its place among every message sent
+
+
+class _Inbox:
+    """The messages in flight to one rank of a group with one tag: a queue per sender, delivered in
+    the order sent, and a heap of the queues' heads, so that a receive from any rank finds the
+    earliest arrival (ties: the lowest sender) without looking at every sender."""
+
+    def __init__(self) -> None:
+        self.queues: dict[int, deque[_Message]] = {}
+        self.heads: list[tuple[float, int, int]] = []  # (arrival, sender, number), stale once delivered
+
+    def post(self, sender: int, message: _Message) -> None:
+        queue = self.queues.setdefault(sender, deque())
+        queue.append(message)
+        if len(queue) == 1:
+            heapq.heappush(self.heads, (message.arrives, sender, message.number))
+
+    def head(self, sender: int) -> _Message | None:
+        queue = self.queues.get(sender)
+        return queue[0] if queue else None
+
+    def pop(self, sender: int) -> _Message:
+        queue = self.queues[sender]
+        message = queue.popleft()
+        if queue:
+            heapq.heappush(self.heads, (queue[0].arrives, sender, queue[0].number))
+        return message
+
+    def first(self) -> int | None:
+        """The sender whose message at the head of its queue arrives first."""
+        while self.heads:
+            _, sender, number = self.heads[0]
+            head = self.head(sender)
+            if head is not None and head.number == number:
+                return sender
+            heapq.heappop(self.heads)
+        return None
 
 
 class VirtualWork(dist._Work):
@@ -372,10 +479,11 @@ class VirtualWork(dist._Work):
         what: str,
         tensors: list[torch.Tensor] | None = None,
         cost: Callable[[], float] = lambda: 0.0,
+        on: object = None,
     ):
         super().__init__()
         self.cluster, self.ready, self.finish, self.what, self.finished = cluster, ready, finish, what, False
-        self.tensors, self.cost = tensors or [], cost
+        self.tensors, self.cost, self.on = tensors or [], cost, on  # ``on``: what ``ready`` reads
         self.source: int | None = None  # a receive from any rank: the group rank it came from
 
     def _source_rank(self) -> int:  # what torch.distributed.recv returns for a receive from any rank
@@ -387,7 +495,7 @@ class VirtualWork(dist._Work):
 
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - a virtual wait has no timeout
         if not self.finished:
-            waited = self.cluster.scheduler.wait(self.ready, self.what)
+            waited = self.cluster.scheduler.wait(self.ready, self.what, self.on)
             me = self.cluster.scheduler.me()
             comm = min(waited, self.cost())  # the rest of the wait was for the other ranks
             me.comm_s += comm
@@ -436,6 +544,7 @@ class VirtualGroup(dist.ProcessGroup):
             c.result = combine(c)
             c.cost = cost(_nbytes(tensors) * self.cluster.byte_scale)
             c.done_at = max(c.clocks.values()) + c.cost
+            self.cluster.scheduler.poke(key)
         return c, key
 
     def _work(self, c: _Collective, key, finish: Callable[[], None], what: str, tensors=None) -> VirtualWork:
@@ -446,7 +555,7 @@ class VirtualGroup(dist.ProcessGroup):
                 self.cluster.collectives.pop(key, None)
 
         return VirtualWork(
-            self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors, lambda: c.cost
+            self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors, lambda: c.cost, key
         )
 
     def allreduce(self, tensors, opts=None):
@@ -512,53 +621,63 @@ class VirtualGroup(dist.ProcessGroup):
         return self._work(c, key, lambda: None, "barrier")
 
     # -- point to point -------------------------------------------------------------------------
+    def _inbox(self, dst: int, tag: int) -> _Inbox:
+        return self.cluster.inboxes.setdefault((self.name, dst, tag), _Inbox())
+
     def send(self, tensors, dst, tag):
-        sched, me = self.cluster.scheduler, self.ranks[self.rank()]
+        cluster, me = self.cluster, self.ranks[self.rank()]
         to = self.ranks[dst]
-        nbytes = _nbytes(tensors) * self.cluster.byte_scale
-        cost = self.cluster.network.p2p(me, to, self.cluster.procs_per_node, nbytes)
-        arrives = sched.now() + cost
-        box = self.cluster.mailboxes.setdefault((self.name, self.rank(), dst, tag), deque())
-        box.append(([t.detach().clone() for t in tensors], arrives, cost))
-        return VirtualWork(self.cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
+        cost = cluster.network.p2p(me, to, cluster.procs_per_node, _nbytes(tensors) * cluster.byte_scale)
+        arrives = cluster.scheduler.now() + cost
+        inbox = self._inbox(dst, tag)
+        inbox.post(self.rank(), _Message([t.detach().clone() for t in tensors], arrives, cost, cluster.messages))
+        cluster.messages += 1
+        cluster.scheduler.poke(inbox)
+        return VirtualWork(cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
+
+    def _deliver(self, inbox: _Inbox, sender: int, tensors: list[torch.Tensor]) -> None:
+        for t, d in zip(tensors, inbox.pop(sender).tensors):
+            t.copy_(d)
+        self.cluster.scheduler.poke(inbox)  # another receive of the same inbox sees a new head
 
     def recv(self, tensors, src, tag):
-        box = self.cluster.mailboxes.setdefault((self.name, src, self.rank(), tag), deque())
+        inbox = self._inbox(self.rank(), tag)
 
         def ready() -> float | None:
-            return box[0][1] if box else None
+            head = inbox.head(src)
+            return None if head is None else head.arrives
 
-        def finish() -> None:
-            data, _, _ = box.popleft()
-            for t, d in zip(tensors, data):
-                t.copy_(d)
+        def cost() -> float:
+            head = inbox.head(src)
+            return 0.0 if head is None else head.cost
 
         return VirtualWork(
-            self.cluster, ready, finish, f"receive from {self.ranks[src]}", cost=lambda: box[0][2] if box else 0.0
+            self.cluster,
+            ready,
+            lambda: self._deliver(inbox, src, tensors),
+            f"receive from {self.ranks[src]}",
+            cost=cost,
+            on=inbox,
         )
 
     def recv_anysource(self, tensors, tag):
-        me = self.rank()
-        boxes = [
-            (src, self.cluster.mailboxes.setdefault((self.name, src, me, tag), deque())) for src in range(self.size())
-        ]
+        inbox = self._inbox(self.rank(), tag)
 
         def ready() -> float | None:
-            arrivals = [(box[0][1], src) for src, box in boxes if box]
-            return min(arrivals)[0] if arrivals else None
-
-        def first() -> tuple[float, int]:
-            return min((box[0][1], src) for src, box in boxes if box)
+            sender = inbox.first()
+            return None if sender is None else inbox.head(sender).arrives
 
         def finish() -> None:
-            src = first()[1]
-            data, _, _ = dict(boxes)[src].popleft()
-            for t, d in zip(tensors, data):
-                t.copy_(d)
-            work.source = src
+            work.source = inbox.first()
+            self._deliver(inbox, work.source, tensors)
 
         work = VirtualWork(
-            self.cluster, ready, finish, "receive from any rank", cost=lambda: dict(boxes)[first()[1]][0][2]
+            self.cluster,
+            ready,
+            finish,
+            "receive from any rank",
+            cost=lambda: inbox.head(inbox.first()).cost,
+            on=inbox,
         )
         return work
 
