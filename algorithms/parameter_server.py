@@ -116,13 +116,17 @@ class ParameterServer(LoopAlgorithm):
 
     ``metrics.csv`` columns: ``gap`` and ``lag`` (mean over the epoch's gradients), ``idle_s`` (the
     longest time one worker spent waiting for replies during the epoch, evaluation included) and
-    ``max_share`` (the largest share of the epoch's updates delivered by one worker).
+    ``max_share`` (the largest share of the epoch's updates delivered by one worker). Under the
+    simulator, ``gap``, ``lag`` and ``sim_compute_s`` (the workers' simulated compute seconds so far):
+    it models no worker's wait for replies, and its shares follow from the seed's schedule alone.
     """
 
     RULE = "asgd"
+    worker_momentum = False  # the workers keep a momentum and send ``m v + g`` (``async_rules.slim_payload``)
     sgd_only = True
     simulator = "arrivals"  # the asynchronous workers' arrival order (benchmarks/simulator.py)
     columns = ("gap", "lag", "idle_s", "max_share")
+    simulated_columns = ("gap", "lag", "sim_compute_s")  # its metrics.csv columns under the simulator
 
     def __init__(
         self,
@@ -192,7 +196,7 @@ class ParameterServer(LoopAlgorithm):
             self.waited = [0.0] * n  # each worker's seconds waiting for replies, as reported with its gradients
             self._reset_epoch_stats()
         else:
-            self.v = torch.zeros_like(self.point) if self.RULE == "dana_slim" else None
+            self.v = torch.zeros_like(self.point) if self.worker_momentum else None
             self.sent = 0  # messages this worker's thread has sent since this process started
             self.batches_done = 0  # this worker's batches so far (the straggler schedule's step)
         return model
@@ -454,6 +458,7 @@ class DANASlim(ParameterServer):
     """DANA-Slim: DANA-Zero's look-ahead with the momentum kept on the workers (no master overhead)."""
 
     RULE = "dana_slim"
+    worker_momentum = True
 
 
 class DANADC(ParameterServer):

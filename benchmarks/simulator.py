@@ -37,6 +37,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from torch.utils.data import DataLoader
 
+import algorithms
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
 from benchmarks import cluster, launcher, parts, rundir, tasks
@@ -85,8 +86,9 @@ def simulate(cfg: RunConfig) -> int:
         return 2
     lr_factor = LRSchedule(h, updates_per_epoch, workers)  # warm-up from 1/P of the (resolved) peak
     p = cfg.algorithm_params
+    server = algorithms.get(cfg.algorithm)  # its rule, where its workers keep a momentum, its columns
     master = async_rules.make_master(
-        cfg.algorithm,
+        server.RULE,
         theta,
         workers,
         h["momentum"],
@@ -97,7 +99,7 @@ def simulate(cfg: RunConfig) -> int:
     clock = Clock(s, workers, theta.numel(), cfg.seed)
     sent = theta.repeat(workers, 1)  # what each worker computes its next gradient on
     sent_at = [0] * workers
-    slim_v = torch.zeros_like(sent) if cfg.algorithm == "dana_slim" else None
+    worker_v = torch.zeros_like(sent) if server.worker_momentum else None  # each worker's momentum
     arrivals = [(clock.compute(i) + clock.message(), i) for i in range(workers)]
     heapq.heapify(arrivals)
     val_loader = DataLoader(val_set, batch_size=256)
@@ -105,7 +107,7 @@ def simulate(cfg: RunConfig) -> int:
     rundir.write_json_atomic(out / "config.json", cfg.to_json())
     env = rundir.environment("none", "simulator", [platform.node()], device, None, torch.get_num_threads())
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated"})
-    record = Recorder(cfg, ["gap", "lag", "sim_compute_s"], writes=True, clock="simulated")
+    record = Recorder(cfg, list(server.simulated_columns), writes=True, clock="simulated")
     from tqdm import tqdm
 
     bar = tqdm(
@@ -137,7 +139,7 @@ def simulate(cfg: RunConfig) -> int:
             g, loss = _gradient(
                 model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
             )
-            payload = async_rules.slim_payload(slim_v[i], g, h["momentum"]) if slim_v is not None else g
+            payload = async_rules.slim_payload(worker_v[i], g, h["momentum"]) if worker_v is not None else g
             gap_sum += async_rules.gap(master.params, sent[i])
             lag_sum += updates - sent_at[i]
             served += 1
