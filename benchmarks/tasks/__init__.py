@@ -26,6 +26,7 @@ from algorithms import accelerator
 REGISTRY: dict[str, str] = {
     "digits": "benchmarks.tasks.digits:TASK",
     "mnist1d": "benchmarks.tasks.mnist1d:TASK",
+    "mnist1d_large": "benchmarks.tasks.mnist1d:LARGE_TASK",
     "cifar10_resnet20": "benchmarks.tasks.cifar:CIFAR10_RESNET20",
     "cifar10_wrn16_4": "benchmarks.tasks.cifar:CIFAR10_WRN16_4",
     "cifar10_wrn16_8": "benchmarks.tasks.cifar:CIFAR10_WRN16_8",
