@@ -113,6 +113,64 @@ def test_messages_arrive_in_virtual_time_not_in_thread_order():
     assert got == [(2, round(0.1 + message, 9)), (1, round(0.5 + message, 9))]
 
 
+def test_one_senders_messages_are_not_overtaken():
+    """A large message then a small one from the same rank: the small one would arrive first, but a
+    receive takes a sender's messages in the order sent (MPI's non-overtaking rule), so it waits for
+    the large one; a receive from any rank takes the earliest of the senders' first messages."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            got = []
+            for _ in range(3):
+                t = torch.zeros(250_000)
+                dist.irecv(t).wait()  # any source
+                got.append((int(t[0].item()), round(cl.scheduler.now(), 9)))
+            return got
+        if rank == 1:
+            large = dist.isend(torch.full((250_000,), 1.0), dst=0)  # 1 MB: arrives at 10 ms + latency
+            dist.send(torch.full((1,), 11.0), dst=0)  # sent at once: would arrive at 10 us
+            large.wait()
+        else:
+            cl.scheduler.advance(0.005)
+            dist.send(torch.full((1,), 2.0), dst=0)
+        return None
+
+    got = virtual.run(3, 1, NET, body)[0]
+    large, small = NET.p2p(1, 0, 1, 1_000_000), NET.p2p(2, 0, 1, 4)
+    assert got == [(2, round(0.005 + small, 9)), (1, round(large, 9)), (11, round(large, 9))]
+    assert small < 0.005
+
+
+def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
+    """256 ranks: rank r sends at (256 - r) ms, so rank 0 receives from 255 down to 1, each at its
+    arrival; then an all-reduce of every rank ends at the last arrival plus the ring."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            order = []
+            for _ in range(255):
+                t = torch.zeros(1)
+                dist.irecv(t).wait()
+                order.append(int(t.item()))
+            arrived = cl.scheduler.now()
+        else:
+            cl.scheduler.advance(0.001 * (256 - rank))
+            dist.send(torch.full((1,), float(rank)), dst=0)
+            order, arrived = None, None
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        return order, arrived, total.item(), cl.scheduler.now()
+
+    results = virtual.run(256, 1, NET, body)
+    order, arrived, _, _ = results[0]
+    assert order == list(range(255, 0, -1))
+    assert arrived == pytest.approx(0.255 + NET.p2p(1, 0, 1, 4))
+    ring = NET.ring_allreduce(list(range(256)), 1, 4)
+    assert all(total == 256.0 and end == pytest.approx(arrived + ring) for _, _, total, end in results)
+
+
 def test_non_blocking_all_reduce_overlaps_compute():
     def body(rank, cl):
         virtual.init_process_group(rank, cl)
