@@ -152,18 +152,29 @@ class Saver:
     ) -> None:
         self.out, self.rank, self.world_size, self.stateful, self.group = out, rank, world_size, stateful, group
 
-    def restore(self) -> dict[str, object] | None:
-        """Load the newest whole checkpoint into the objects and return the shard (for the loop's
-        position and state, the epoch's loss sum, the RNG, the commit ``"record"``); ``None`` if none."""
+    def restore(self) -> Resumed | None:
+        """Load the newest whole checkpoint into the objects and return what the loop takes back
+        from it (``Resumed``); ``None`` if there is none."""
         shard = load(self.out, self.rank, self.world_size)
-        for key, obj in self.stateful.items() if shard is not None else ():
+        if shard is None:
+            return None
+        for key, obj in self.stateful.items():
             if key not in shard:
                 raise CheckpointError(
                     f"{self.out}/{DIRNAME} has no {key!r} state (written by an older version); "
                     f"delete {self.out}/{DIRNAME} to start the run afresh"
                 )
             obj.load_state_dict(shard[key])
-        return shard
+        runner = shard["runner"]
+        return Resumed(
+            Loop(**{f.name: runner[f.name] for f in dataclasses.fields(Loop)}),
+            shard["batch"],
+            shard["loss_sum"],
+            shard["rng_epoch"],
+            shard["rng"],
+            shard["record"],
+            runner,
+        )
 
     def save(self, extra: dict[str, object], record: dict[str, object]) -> None:
         """Save the objects' state dicts, ``extra`` (the loop's position and state; an entry there
@@ -293,3 +304,17 @@ class Loop:
     step: int = 0  # steps per worker done before epoch ``epoch``
     batches: int = 0  # batches this rank ran
     samples: int = 0  # samples the job trained on
+
+
+@dataclasses.dataclass
+class Resumed:
+    """What the loop takes back from a checkpoint, beyond the objects' states that ``Saver.restore``
+    has loaded: where it stood, and what it needs to go on inside the checkpointed epoch."""
+
+    loop: Loop
+    batch: int  # batches of epoch ``loop.epoch`` done before the checkpoint
+    loss_sum: torch.Tensor  # that epoch's training loss so far
+    rng_epoch: dict[str, object]  # the RNG at the epoch's start: iter(loader) draws the same order again
+    rng: dict[str, object]  # the RNG at the checkpoint
+    record: dict[str, object]  # the commit record (position, the clock's ``wall_s``, ``metrics_bytes``)
+    recorder: dict[str, object]  # the recorder's state (``Recorder.load_state_dict``)

@@ -187,10 +187,10 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
         saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
         resume = saver.restore()
         columns = [*algo.metric_columns(), *now.columns]
-        record = Recorder(cfg, columns, writes=master, clock=now.kind, resume=resume and resume["record"])
+        record = Recorder(cfg, columns, writes=master, clock=now.kind, resume=resume and resume.record)
         if resume is not None:
-            loop = checkpoint.Loop(**{k: resume["runner"][k] for k in ("epoch", "step", "batches", "samples")})
-            record.load_state_dict(resume["runner"])
+            loop = resume.loop
+            record.load_state_dict(resume.recorder)
         if master:  # a timeout's summary (a finished run's was refused): the run goes on
             (cfg.out / "summary.json").unlink(missing_ok=True)
         # On the virtual clock a gamma straggler model draws the batch times themselves (VirtualClock).
@@ -204,19 +204,19 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
             env = rundir.environment(backend, launch.launcher, hosts, device, launch.slurm_job_id, threads)
             env.update(now.describe())  # the virtual cluster's time model
             rundir.write_json_atomic(cfg.out / "env.json", env)
-            resumed = f", resumed at epoch {loop.epoch} batch {resume['batch']}" if resume else ""
+            resumed = f", resumed at epoch {loop.epoch} batch {resume.batch}" if resume else ""
             logger.info(
                 f"{cfg.algorithm} on {cfg.task}: {cfg.nodes} nodes x {cfg.procs_per_node} procs ({backend}, "
                 f"{launch.launcher}), {steps_per_epoch} steps/epoch{resumed}"
             )
-        skip = resume["batch"] if resume else 0  # batches of the first epoch done before the checkpoint
+        skip = resume.batch if resume else 0  # batches of the first epoch done before the checkpoint
         shown = dict(unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
         bar = tqdm(total=h["epochs"] * steps_per_epoch, initial=loop.step + skip, disable=not master or None, **shown)
         if resume is not None:
-            checkpoint.set_rng_state(resume["rng_epoch"])
+            checkpoint.set_rng_state(resume.rng_epoch)
         dist.barrier()
         # The clock starts before the first batch is read; a resumed run's clock goes on where it stopped.
-        t0 = now() - (resume["record"]["wall_s"] if resume else 0.0)
+        t0 = now() - (resume.record["wall_s"] if resume else 0.0)
 
         def save(batch: int, loss_sum: torch.Tensor, rng_epoch: dict[str, object]) -> float:
             """Checkpoint ``batch`` batches into epoch ``loop.epoch``; return the seconds it took."""
@@ -240,12 +240,12 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.Vi
             sampler.set_epoch(epoch)
             rng_epoch = checkpoint.rng_state()  # iter(loader) draws from it; a mid-epoch resume replays the draw
             train_model.train()
-            loss_sum = loss_accumulator(resume["loss_sum"] if skip else None, device)
+            loss_sum = loss_accumulator(resume.loss_sum if skip else None, device)
             batches, sampler.skip = skip, skip * h["batch_size"]
             data = parts.EpochBatches(loader)
             if skip:
                 data.start()  # drawn now, as the checkpointed epoch drew it
-                checkpoint.set_rng_state(resume["rng"])
+                checkpoint.set_rng_state(resume.rng)
             done, skip, stopping = skip, 0, False
             for end in [e for e in ends if e >= done]:  # a part, then its evaluation (first, if resumed at its end)
                 part, first, done = data.part(end - done), done, end
