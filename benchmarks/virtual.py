@@ -175,7 +175,10 @@ class Scheduler:
                 _ThreadWorlds.local.data = world
             try:
                 self._await_turn(actor)
-                target()
+                # Backward on this thread: the switch is per thread, and autograd otherwise runs a CUDA
+                # model's backward, and DDP's comm hook with it, on its device thread, no rank's actor.
+                with torch.autograd.set_multithreading_enabled(False):
+                    target()
             except BaseException as error:  # noqa: BLE001 - handed to the caller, and stops every rank
                 self._fail(error)
             finally:
@@ -758,8 +761,7 @@ def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[
     _active = cluster
     real_threads = comm.use_threads(_Threads(cluster.scheduler))
     try:
-        with torch.autograd.set_multithreading_enabled(False):  # backward on the rank's own thread
-            return cluster.scheduler.run(lambda rank: body(rank, cluster))
+        return cluster.scheduler.run(lambda rank: body(rank, cluster))
     finally:
         comm.use_threads(real_threads)
         comm.set_message_scale(1.0)

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import algorithms
+from algorithms import comm
 from algorithms.horovod import Horovod
 from benchmarks import cluster, virtual
 
@@ -169,6 +170,23 @@ def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
     assert arrived == pytest.approx(0.255 + NET.p2p(1, 0, 1, 4))
     ring = NET.ring_allreduce(list(range(256)), 1, 4)
     assert all(total == 256.0 and end == pytest.approx(arrived + ring) for _, _, total, end in results)
+
+
+def test_every_rank_and_its_threads_run_backward_on_their_own_thread():
+    """Autograd's switch is per thread: off in each rank's thread and in the threads it starts, so a
+    CUDA model's backward, and DDP's comm hook with it, runs on the rank's thread, not on autograd's
+    device thread, which is no rank's (seen on a GPU: the hook found no actor)."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        seen = []
+        thread = comm.threads().Thread(target=lambda: seen.append(torch.autograd.is_multithreading_enabled()))
+        thread.start()
+        thread.join()
+        return torch.autograd.is_multithreading_enabled(), seen
+
+    assert virtual.run(2, 1, NET, body) == [(False, [False])] * 2
+    assert torch.autograd.is_multithreading_enabled()  # the caller's own setting is untouched
 
 
 def test_non_blocking_all_reduce_overlaps_compute():
