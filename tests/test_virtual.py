@@ -91,6 +91,16 @@ def test_messages_can_be_charged_as_a_larger_models():
     assert virtual.run(2, 1, NET, body) == [pytest.approx(NET.ring_allreduce([0, 1], 1, 4000 * 250.0))] * 2
 
 
+def _receive_from_any(cl, count: int, numel: int = 1) -> list[tuple[int, float]]:
+    """``count`` receives from any rank: each message's first value and the receiver's clock after it."""
+    got = []
+    for _ in range(count):
+        t = torch.zeros(numel)
+        dist.irecv(t).wait()  # any source
+        got.append((int(t[0].item()), round(cl.scheduler.now(), 9)))
+    return got
+
+
 def test_messages_arrive_in_virtual_time_not_in_thread_order():
     """Rank 1 sends late in virtual time but runs first on the machine; rank 2 sends early. A receive
     from any rank takes rank 2's message first, as on a real network."""
@@ -98,13 +108,7 @@ def test_messages_arrive_in_virtual_time_not_in_thread_order():
     def body(rank, cl):
         virtual.init_process_group(rank, cl)
         if rank == 0:
-            got = []
-            for _ in range(2):
-                t = torch.zeros(1)
-                work = dist.irecv(t)  # any source
-                work.wait()
-                got.append((int(t.item()), round(cl.scheduler.now(), 9)))
-            return got
+            return _receive_from_any(cl, 2)
         cl.scheduler.advance(0.5 if rank == 1 else 0.1)
         dist.send(torch.full((1,), float(rank)), dst=0)
         return None
@@ -122,12 +126,7 @@ def test_one_senders_messages_are_not_overtaken():
     def body(rank, cl):
         virtual.init_process_group(rank, cl)
         if rank == 0:
-            got = []
-            for _ in range(3):
-                t = torch.zeros(250_000)
-                dist.irecv(t).wait()  # any source
-                got.append((int(t[0].item()), round(cl.scheduler.now(), 9)))
-            return got
+            return _receive_from_any(cl, 3, numel=250_000)
         if rank == 1:
             large = dist.isend(torch.full((250_000,), 1.0), dst=0)  # 1 MB: arrives at 10 ms + latency
             dist.send(torch.full((1,), 11.0), dst=0)  # sent at once: would arrive at 10 us
@@ -149,27 +148,22 @@ def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
 
     def body(rank, cl):
         virtual.init_process_group(rank, cl)
-        if rank == 0:
-            order = []
-            for _ in range(255):
-                t = torch.zeros(1)
-                dist.irecv(t).wait()
-                order.append(int(t.item()))
-            arrived = cl.scheduler.now()
-        else:
+        got = _receive_from_any(cl, 255) if rank == 0 else None
+        if rank > 0:
             cl.scheduler.advance(0.001 * (256 - rank))
             dist.send(torch.full((1,), float(rank)), dst=0)
-            order, arrived = None, None
         total = torch.ones(1)
         dist.all_reduce(total)
-        return order, arrived, total.item(), cl.scheduler.now()
+        return got, total.item(), cl.scheduler.now()
 
     results = virtual.run(256, 1, NET, body)
-    order, arrived, _, _ = results[0]
-    assert order == list(range(255, 0, -1))
-    assert arrived == pytest.approx(0.255 + NET.p2p(1, 0, 1, 4))
+    got = results[0][0]
+    message = NET.p2p(1, 0, 1, 4)
+    assert [r for r, _ in got] == list(range(255, 0, -1))
+    assert [t for _, t in got] == [pytest.approx(0.001 * (256 - r) + message) for r in range(255, 0, -1)]
+    arrived = got[-1][1]
     ring = NET.ring_allreduce(list(range(256)), 1, 4)
-    assert all(total == 256.0 and end == pytest.approx(arrived + ring) for _, _, total, end in results)
+    assert all(total == 256.0 and end == pytest.approx(arrived + ring) for _, total, end in results)
 
 
 def test_every_rank_and_its_threads_run_backward_on_their_own_thread():
