@@ -16,12 +16,15 @@ x += avg - snapshot (Algorithm 1, lines 13-16).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
 import queue
 import signal
+import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +32,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from algorithms import accelerator
+from algorithms import accelerator, comm
 
 
 def contiguous_blocks(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]:
@@ -335,6 +338,18 @@ class UpdaterPool:
     def applied(self) -> int:
         return int(self.stats[:, 1].sum())
 
+    def idle(self, threshold: int, poll_s: float) -> None:
+        """Between two polls of the averager that did not average: pause ``poll_s`` (0: the official
+        busy loop). ``threshold`` is for ``ThreadUpdaters``, which skips the polls that cannot decide."""
+        if poll_s:
+            time.sleep(poll_s)
+
+    def drain(self, applied: int) -> None:
+        """Wait until the updaters have applied ``applied`` updates in all (the epoch's batches)."""
+        while self.applied() < applied:
+            self.check()
+            time.sleep(0.001)
+
     def check(self) -> None:
         """Raise if an updater died (its traceback went to stderr)."""
         for u, proc in enumerate(self.procs):
@@ -402,3 +417,108 @@ def _get(q, parent: int, alive: Callable[[], None] | None = None):
                 alive()
             elif os.getppid() != parent:
                 raise SystemExit(0) from None
+
+
+class ThreadUpdaters:
+    """The U updaters as threads of their rank on the virtual cluster (``--set clock=simulated``),
+    with ``UpdaterPool``'s interface: the same ``Updater`` steps, the same counter, momenta and toggles.
+
+    Why threads: the virtual cluster runs every rank's threads one at a time on its clock
+    (``benchmarks/virtual.py``); processes would run on the machine's. An updater computes its
+    gradient from the model as it is when it takes the batch (Algorithm 1's snapshot, line 3), is
+    charged the update's compute on its own clock (``VirtualClock.update``: U updaters sharing the
+    rank's GPU), then counts (read&inc) and applies the update at the end of that time, while the
+    other updaters and the averager go on. The feed's ring of ``slots`` still bounds how far it runs
+    ahead. ``idle`` skips the averager's polls that would see nothing new: its next poll waits until
+    some worker's counter reaches the value at which the decision could change, instead of spending
+    thousands of virtual all-reduces on a busy loop (the decisions are the same, up to one poll's
+    latency; ``poll_ms`` has no meaning here).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        updaters: int,
+        blocks: list[tuple[int, int]],
+        optimizer_defaults: dict,
+        seed: int,
+        clock,
+    ) -> None:
+        self.updaters, self.model, self.blocks, self.seed, self.clock = updaters, model, blocks, seed, clock
+        params = list(model.parameters())
+        self.sizes = [p.numel() for p in params]
+        self.bufs = [[torch.zeros_like(p) for p in params] for _ in range(updaters)]
+        self.started = torch.zeros(updaters, len(params), dtype=torch.bool)
+        self.toggles = torch.zeros(updaters, 1, dtype=torch.int64)
+        self.stats = torch.zeros(updaters, 3, dtype=torch.float64)
+        self.settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
+        self.counter = 0
+        self.cond = comm.threads().Condition()
+        self.ready: deque = deque()  # (batch, step), or None: stop
+        self.free = 0
+        self.threads: list = []
+
+    def setup(self, batch: object, loss_fn: Callable, schedule: Schedule, slots: int) -> None:
+        self.loss_fn, self.schedule, self.free = loss_fn, schedule, slots
+        for u in range(self.updaters):
+            thread = comm.threads().Thread(target=functools.partial(self._run, u), name=f"updater-{u}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def put(self, batch: object, step: int) -> None:
+        device = next(self.model.parameters()).device
+        batch = fill_batch(batch, [t.to(device) for t in batch_tensors(batch)])
+        with self.cond:
+            self.cond.wait_for(lambda: self.free > 0)
+            self.free -= 1
+            self.ready.append((batch, step))
+            self.cond.notify_all()
+
+    def updates(self) -> int:
+        return self.counter
+
+    def set_updates(self, value: int) -> None:
+        self.counter = value
+        self.clock.count_updates(value)
+
+    def applied(self) -> int:
+        return int(self.stats[:, 1].sum())
+
+    def idle(self, threshold: int, poll_s: float) -> None:  # noqa: ARG002 - see the class
+        self.clock.wait_updates(threshold)
+
+    def drain(self, applied: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.applied() >= applied)
+
+    def check(self) -> None:
+        """Nothing to do: an updater that raises stops the whole virtual cluster with its error."""
+
+    def close(self) -> None:
+        with self.cond:
+            self.ready.extend([None] * len(self.threads))
+            self.cond.notify_all()
+        for thread in self.threads:
+            thread.join()
+        self.threads = []
+
+    def _run(self, u: int) -> None:
+        torch.manual_seed(self.seed * 1000 + u)  # dropout differs between updaters, as in the processes
+        updater = Updater(self.model, self.blocks[u], self.bufs[u], self.started[u], self.toggles[u], **self.settings)
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: bool(self.ready))
+                item = self.ready.popleft()
+            if item is None:
+                return
+            batch, _ = item
+            loss, span, grads = updater.gradients(batch, self.loss_fn)
+            self.clock.update(self.updaters, self.sizes, span)  # its compute, on this thread's clock
+            with self.cond:
+                self.free += 1
+                s, self.counter = self.counter, self.counter + 1  # read&inc after the gradient
+                partial = span[1] - span[0] < len(self.sizes)
+                updater.apply(span, grads, self.schedule.lr(s), self.schedule.alternates(s))
+                self.stats[u] += torch.tensor([loss, 1.0, float(partial)], dtype=torch.float64)
+                self.cond.notify_all()
+            self.clock.count_updates(self.counter)

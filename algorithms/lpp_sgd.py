@@ -10,9 +10,8 @@ rank's shard and keeps data, evaluation, metrics and the clock.
 
 from __future__ import annotations
 
+import functools
 import itertools
-import threading
-import time
 from collections.abc import Iterator
 
 import torch
@@ -24,6 +23,7 @@ from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.comm import flatten
 from algorithms.hogwild import (
     Schedule,
+    ThreadUpdaters,
     UpdaterPool,
     apply_average_,
     averaging_period,
@@ -90,6 +90,7 @@ class LAPSGD(LoopAlgorithm):
     """
 
     sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
+    simulator = "virtual"  # its updaters as threads of the rank (hogwild.ThreadUpdaters)
     columns: tuple[str, ...] = ("rounds", "K")
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)
@@ -122,7 +123,7 @@ class LAPSGD(LoopAlgorithm):
         self.last = 0  # this worker's counter at its last average (the official ``last_averaged_at``)
         self.rounds = 0
         self.period_now = 1
-        self.stop_feed = threading.Event()
+        self.stop_feed = comm.threads().Event()
         self.feed_error: BaseException | None = None
 
     def blocks(self, model: nn.Module) -> list[tuple[int, int]]:
@@ -136,15 +137,12 @@ class LAPSGD(LoopAlgorithm):
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, plan: Plan) -> nn.Module:
         super().prepare(model, optimizer, plan)
         self.switch_at = plan.epochs // 2 if self.switch_epoch == -1 else self.switch_epoch
-        threads = max(1, torch.get_num_threads() // self.updaters)
-        self.pool = UpdaterPool(
-            model,
-            self.updaters,
-            self.blocks(model),
-            optimizer.defaults,
-            threads,
-            torch.initial_seed() * 100 + self.topology.rank,
-        )
+        seed = torch.initial_seed() * 100 + self.topology.rank
+        if getattr(self.clock, "kind", "wall") == "simulated":  # the virtual cluster: its threads, its clock
+            self.pool = ThreadUpdaters(model, self.updaters, self.blocks(model), optimizer.defaults, seed, self.clock)
+        else:
+            threads = max(1, torch.get_num_threads() // self.updaters)
+            self.pool = UpdaterPool(model, self.updaters, self.blocks(model), optimizer.defaults, threads, seed)
         return model
 
     def train_epoch(self, epoch: Epoch) -> tuple[torch.Tensor | float, int]:
@@ -159,8 +157,10 @@ class LAPSGD(LoopAlgorithm):
         target, shown = pool.updates() + n, start_applied
         device = next(self.model.parameters()).device
         self.stop_feed.clear()
-        feed = threading.Thread(
-            target=self._feed, args=(batches, epoch.step, n, epoch.stragglers, device), name="lap-feed", daemon=True
+        feed = comm.threads().Thread(
+            target=functools.partial(self._feed, batches, epoch.step, n, epoch.stragglers, device),
+            name="lap-feed",
+            daemon=True,
         )
         feed.start()
         try:
@@ -176,8 +176,8 @@ class LAPSGD(LoopAlgorithm):
                 if s_max - last_min >= self.period_now:
                     self.last = s
                     self._average()
-                elif self.poll_s:
-                    time.sleep(self.poll_s)
+                else:  # the next poll can decide otherwise once a counter reaches the threshold
+                    pool.idle(min(last_min + self.period_now, target), self.poll_s)
                 self._check_feed()
                 pool.check()
                 shown = self._progress(epoch, shown)
@@ -185,9 +185,7 @@ class LAPSGD(LoopAlgorithm):
         finally:
             self.stop_feed.set()  # ends the feed after its batch in hand if the averager raised
         self._check_feed()
-        while pool.applied() < start_applied + n:
-            pool.check()
-            time.sleep(0.001)
+        pool.drain(start_applied + n)
         self._progress(epoch, shown)
         self.step_count = pool.updates()
         self.optimizer.param_groups[0]["lr"] = self.schedule.lr(self.step_count)  # the lr column

@@ -22,6 +22,7 @@ follows the way PyTorch's own multi-threaded test process group does it
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import heapq
@@ -412,6 +413,16 @@ class _Collective:
     cost: float = 0.0
 
 
+@dataclass(eq=False)
+class _Counters:
+    """Every rank's Hogwild update counter, and the job-wide highest over virtual time: (time, count)
+    each time it rose (times in order: threads run in time order)."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    times: list[float] = field(default_factory=lambda: [0.0])
+    highest: list[int] = field(default_factory=lambda: [0])
+
+
 class Cluster:
     """What the ranks share: the scheduler, the network model, the groups' state, the mailboxes."""
 
@@ -424,6 +435,7 @@ class Cluster:
         # Messages are charged as if they were this many times larger: a paper's model on the wire
         # (``sim_model_mb``) while the embedded task's small model computes the numbers.
         self.byte_scale = 1.0
+        self.updates = _Counters()  # LAP/LPP-SGD's Hogwild counters (``VirtualClock.wait_updates``)
 
 
 @dataclass(eq=False)
@@ -799,6 +811,7 @@ class VirtualClock:
         self.network, self.cluster = cluster.network, cluster
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
         self.model_mb = s["sim_model_mb"]
+        self.updater_speedup = s["sim_updater_speedup"]
         self._batch_s: float | None = None  # this batch's compute time, once drawn
         self._charged_s = 0.0  # the part of it charged so far
 
@@ -874,6 +887,44 @@ class VirtualClock:
         if module.training and torch.is_grad_enabled():
             self.compute(1.0)
 
+    def update(self, updaters: int, sizes: list[int], span: tuple[int, int]) -> None:
+        """Charge one Hogwild update of a LAP/LPP-SGD updater thread (``hogwild.ThreadUpdaters``).
+
+        The rank's U updaters share its GPU, which runs them together ``sim_updater_speedup`` times as
+        fast as one process alone (1: no gain, a saturated GPU), so a full update costs a batch's
+        compute x U / speedup. A partial one (LPP-SGD's block ``span`` of the tensors of ``sizes``)
+        costs the forward pass, the input gradients from the output down to the block's first
+        tensor, and the block's own weight gradients: backward is two thirds of a batch, half of it
+        each kind, spread over the tensors by parameter count (the rate ``overlap_backward`` uses).
+        """
+        lo, hi = span
+        total = sum(sizes)
+        through, own = sum(sizes[lo:]) / total, sum(sizes[lo:hi]) / total
+        share = FORWARD_SHARE + (1.0 - FORWARD_SHARE) / 2 * (through + own)
+        batch = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
+        self.scheduler.advance(batch * updaters / self.updater_speedup * share)
+
+    def count_updates(self, count: int) -> None:
+        """This rank's Hogwild counter is now ``count`` (at this thread's time): ``wait_updates``'s board."""
+        board = self.cluster.updates
+        board.counts[self.rank] = count
+        if count > board.highest[-1]:
+            board.times.append(self.scheduler.now())
+            board.highest.append(count)
+        self.scheduler.poke(board)
+
+    def wait_updates(self, threshold: int) -> None:
+        """Wait until some rank's Hogwild counter reaches ``threshold``: the virtual cluster's stand-in
+        for the averagers' busy poll, which would see nothing new before (``hogwild.ThreadUpdaters``)."""
+        board = self.cluster.updates
+
+        def ready() -> float | None:
+            if board.highest[-1] < threshold:
+                return None
+            return board.times[bisect.bisect_left(board.highest, threshold)]
+
+        self.scheduler.wait(ready, f"a Hogwild counter to reach {threshold}", board)
+
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
 
@@ -911,6 +962,7 @@ class VirtualClock:
             },
             "sim_step_ms": self.step_s * 1000.0,
             "sim_model_mb": self.model_mb,
+            "sim_updater_speedup": self.updater_speedup,
             "message_scale": self.cluster.byte_scale,
         }
 
