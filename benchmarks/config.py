@@ -42,6 +42,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
+    "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
 }
@@ -301,6 +302,10 @@ def _check_values(config: RunConfig) -> None:
         if s["sim_updater_speedup"] <= 0:
             raise ConfigError(
                 f"--set sim_updater_speedup: must be positive (1: no gain), got {s['sim_updater_speedup']}"
+            )
+        if not 0 <= s["sim_step_cv"] < 1:
+            raise ConfigError(
+                f"--set sim_step_cv: must be in [0, 1) (0: every batch takes sim_step_ms), got {s['sim_step_cv']}"
             )
         if s["sim_step_ms"] <= 0:
             raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")

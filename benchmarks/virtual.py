@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
@@ -808,6 +809,11 @@ class VirtualClock:
         self.times = (
             GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
         )
+        # Machine noise: each batch's time varies by ``sim_step_cv`` around the mean (a gamma law, this
+        # rank's own stream). A deterministic clock ties every rank to the nanosecond, which no machine
+        # does, and a tie can change what a protocol does (every rank of a WAGMA round activates it).
+        self.step_cv = s["sim_step_cv"]
+        self.noise = np.random.default_rng([cfg.seed, rank, 0x5717]) if self.step_cv > 0 else None
         self.network, self.cluster = cluster.network, cluster
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
         self.model_mb = s["sim_model_mb"]
@@ -822,7 +828,7 @@ class VirtualClock:
         """Charge the batch's compute time: all of it that is left (the runner, after backward), or up
         to the fraction ``until`` of it (DDP's buckets during backward, ``overlap_backward``)."""
         if self._batch_s is None:
-            self._batch_s = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
+            self._batch_s = self._draw()
         target = self._batch_s * (1.0 if until is None else min(until, 1.0))
         self.scheduler.advance(max(target - self._charged_s, 0.0))
         self._charged_s = max(target, self._charged_s)
@@ -901,8 +907,17 @@ class VirtualClock:
         total = sum(sizes)
         through, own = sum(sizes[lo:]) / total, sum(sizes[lo:hi]) / total
         share = FORWARD_SHARE + (1.0 - FORWARD_SHARE) / 2 * (through + own)
-        batch = float(self.times.draw_all()[self.rank]) if self.times is not None else self.step_s
+        batch = self._draw()
         self.scheduler.advance(batch * updaters / self.updater_speedup * share)
+
+    def _draw(self) -> float:
+        """One batch's compute time: from the gamma straggler model, with machine noise, or the mean."""
+        if self.times is not None:
+            return float(self.times.draw_all()[self.rank])
+        if self.noise is not None:
+            shape = 1.0 / self.step_cv**2
+            return float(self.noise.gamma(shape, self.step_s / shape))
+        return self.step_s
 
     def count_updates(self, count: int) -> None:
         """This rank's Hogwild counter is now ``count`` (at this thread's time): ``wait_updates``'s board."""
@@ -961,6 +976,7 @@ class VirtualClock:
                 "sources": net.sources,
             },
             "sim_step_ms": self.step_s * 1000.0,
+            "sim_step_cv": self.step_cv,
             "sim_model_mb": self.model_mb,
             "sim_updater_speedup": self.updater_speedup,
             "message_scale": self.cluster.byte_scale,

@@ -332,8 +332,7 @@ def test_an_updaters_update_costs_its_share_of_the_gpu_by_hand():
     of sizes [30, 10, 60] costs the forward (1/3), the input gradients through the 70 % of the
     parameters from the block up (1/3 x 0.7) and the block's own 10 % of weight gradients (1/3 x 0.1):
     0.6 of a full one, 120 ms."""
-    settings = {"sim_step_ms": 100.0, "straggler": "none", "sim_model_mb": 0.0, "sim_updater_speedup": 2.0}
-    cfg = SimpleNamespace(settings=settings, world_size=1, seed=0)
+    cfg = _clock_config(1, sim_updater_speedup=2.0)
 
     def body(rank, cl):
         clock = virtual.VirtualClock(cl, rank, cfg)
@@ -346,11 +345,41 @@ def test_an_updaters_update_costs_its_share_of_the_gpu_by_hand():
     assert full == pytest.approx(0.2) and partial == pytest.approx(0.12)
 
 
+def _clock_config(world_size: int, **settings) -> SimpleNamespace:
+    """What ``VirtualClock`` reads of a run's configuration: 100 ms batches, no straggler, no noise."""
+    defaults = {"sim_step_ms": 100.0, "sim_step_cv": 0.0, "straggler": "none", "sim_model_mb": 0.0}
+    return SimpleNamespace(settings={**defaults, "sim_updater_speedup": 1.0, **settings}, world_size=world_size, seed=0)
+
+
+def test_machine_noise_varies_each_batch_by_its_cv_from_each_ranks_own_stream():
+    """``sim_step_cv``: each batch's compute time is drawn around ``sim_step_ms`` with that CV (a gamma
+    law), from a stream of the rank's own, the same for the same seed; 0 keeps every batch exact."""
+
+    def draws(cv: float, seed: int = 0) -> list[list[float]]:
+        cfg = _clock_config(2, sim_step_cv=cv)
+
+        def body(rank, cl):
+            clock = virtual.VirtualClock(cl, rank, cfg)
+            times = []
+            for _ in range(2000):
+                start = clock()
+                clock.compute()
+                times.append(clock() - start)
+            return times
+
+        return virtual.run(2, 1, NET, body)
+
+    noisy = torch.tensor(draws(0.1), dtype=torch.float64)
+    assert noisy.mean(1) == pytest.approx([0.1, 0.1], rel=0.01)
+    assert (noisy.std(1) / noisy.mean(1)) == pytest.approx([0.1, 0.1], rel=0.1)
+    assert not torch.equal(noisy[0], noisy[1]) and torch.equal(noisy, torch.tensor(draws(0.1), dtype=torch.float64))
+    assert draws(0.0) == [[pytest.approx(0.1)] * 2000] * 2
+
+
 def test_the_averagers_next_poll_waits_until_some_counter_reaches_its_threshold():
     """The stand-in for LAP/LPP's busy poll: rank 1's counter reaches 5 at 0.3 s and 7 at 0.5 s; rank 0,
     waiting for some counter to reach 4 then 6, goes on at 0.3 s then 0.5 s, and at once for 3."""
-    settings = {"sim_step_ms": 100.0, "straggler": "none", "sim_model_mb": 0.0, "sim_updater_speedup": 1.0}
-    cfg = SimpleNamespace(settings=settings, world_size=2, seed=0)
+    cfg = _clock_config(2)
 
     def body(rank, cl):
         clock = virtual.VirtualClock(cl, rank, cfg)
@@ -367,6 +396,20 @@ def test_the_averagers_next_poll_waits_until_some_counter_reaches_its_threshold(
 
     times, _ = virtual.run(2, 1, NET, body)
     assert times == pytest.approx([0.3, 0.5, 0.5])
+
+
+def test_with_machine_noise_one_rank_activates_each_wagma_round_and_the_late_ones_send_stale_buffers(
+    tmp_path, run_benchmark
+):
+    """On an exact clock the 4 ranks reach every round at the same instant: all activate it and all
+    contribute fresh models. With 1 % noise on 100 ms batches they arrive about a millisecond apart,
+    far more than an activation's microseconds on the wire: the first activates the round and the
+    others, still computing, contribute their stale send buffers (WAGMA's wait-avoidance), so rank 0
+    is stale in about 3 rounds of 4, the ones it does not activate itself."""
+    _, exact = _simulate(run_benchmark, tmp_path / "exact", "wagma")
+    _, noisy = _simulate(run_benchmark, tmp_path / "noisy", "wagma", "sim_step_cv=0.01")
+    assert float(exact[-1]["stale_share"]) == 0.0
+    assert 0.5 < float(noisy[-1]["stale_share"]) < 1.0
 
 
 def test_lap_and_lpp_run_their_updaters_as_threads_on_the_virtual_clock(tmp_path, run_benchmark):
