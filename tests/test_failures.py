@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.launcher import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 LONG = ["--task", "mnist1d", "--set", "epochs=500", "--set", "wandb=false"]
 
@@ -83,7 +85,7 @@ def test_killing_one_rank_fails_the_run_and_leaves_no_process(tmp_path):
 def test_a_hanging_collective_fails_after_the_timeout(tmp_path):
     """Two ranks joined as under torchrun; one freezes, the other gives up after the timeout."""
     out = tmp_path / "run"
-    port = 29000 + os.getpid() % 1000
+    port = free_port()  # a port the OS gives: one derived from the pid collides between suites
     procs = []
     for rank in range(2):
         env = dict(

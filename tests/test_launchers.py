@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.launcher import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 RUN = [
@@ -81,6 +83,7 @@ def test_srun_environment(tmp_path):
     """Two ranks with the variables srun sets inside a job step (as on a Slurm cluster)."""
     out = tmp_path / "srun"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
+    port = free_port()  # a port the OS gives: one derived from the pid collides between suites
     procs = [
         subprocess.Popen(
             [sys.executable, *RUN, "--out", str(out)],
@@ -96,7 +99,7 @@ def test_srun_environment(tmp_path):
                 SLURM_JOB_ID="4242",
                 SLURM_JOB_NODELIST="localhost",
                 MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(20000 + os.getpid() % 20000),
+                MASTER_PORT=str(port),
             ),
         )
         for r in range(2)
