@@ -72,6 +72,16 @@ class Scalar(nn.Module):
         return (x * self.w).sum()
 
 
+def _late_until_started(algo: WAGMA, version: int) -> None:
+    """Be late on purpose: wait until another rank's activation has made this rank's progress thread
+    start round ``version`` with its send buffer (a fixed sleep would assume the others get there
+    within it, which a loaded machine need not grant)."""
+    deadline = time.monotonic() + 120
+    while algo.started_version < version:
+        assert time.monotonic() < deadline, f"round {version} never started on the late rank"
+        time.sleep(0.01)
+
+
 def _fig3(rank: int, world: int) -> None:
     """Rank 1 is late at iteration 0: rank 0 triggers the round with rank 1's stale (initial) model."""
     model = Scalar()
@@ -79,7 +89,7 @@ def _fig3(rank: int, world: int) -> None:
     algo = WAGMA(Topology(rank, nodes=1, procs_per_node=2), group_size=2, global_period=10)
     algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=10, epochs=1))
     if rank == 1:
-        time.sleep(1.5)
+        _late_until_started(algo, 0)
     optimizer.zero_grad()
     model(torch.full((2,), float(rank + 1))).backward()  # gradient 1 on rank 0, 2 on rank 1
     algo.step()
@@ -165,8 +175,8 @@ def _late_after_sync(rank: int, world: int) -> None:
         # default group; WAGMA's threads use groups of their own.
         with contextlib.nullcontext() if late else algo.cond:
             dist.barrier()
-            if late:
-                time.sleep(1.5)  # meanwhile the others run round 3, and rank 3 gets this rank's send buffer
+            if late:  # the others run round 3 meanwhile, and rank 3 gets this rank's send buffer
+                _late_until_started(algo, LATE_STEP)
             optimizer.zero_grad()
             model(torch.full((2,), float(GRADS[rank]))).backward()
             algo.step()
