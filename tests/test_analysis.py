@@ -399,6 +399,18 @@ def test_straggler_label_names_every_setting_that_changes_the_delay() -> None:
     assert aggregate.straggler_label({"straggler": "gamma_het", "straggler_delay_ms": 50}) == "gamma_het 50 ms"
 
 
+def test_time_model_label_names_every_setting_of_the_virtual_clock() -> None:
+    """Runs under different time models are never pooled: noise and the updaters' speedup count too."""
+    assert aggregate.time_model_label({}, "wall") == aggregate.WALL_CLOCK
+    plain = {"sim_network": "piz_daint", "sim_step_ms": 620.0, "sim_model_mb": 102.2}
+    assert aggregate.time_model_label(plain, "simulated") == "piz_daint, 620 ms a batch, 102.2 MB"
+    noisy = {**plain, "sim_step_cv": 0.01, "sim_updater_speedup": 1.35}
+    assert (
+        aggregate.time_model_label(noisy, "simulated")
+        == "piz_daint, 620 ms a batch (CV 0.01), 102.2 MB, updaters ×1.35"
+    )
+
+
 def _row(algorithm: str, nodes: int, tta: float, throughput: float, **extra: object) -> dict:
     """One time-to-target table row, only the columns the derived tables read."""
     row = {
