@@ -344,6 +344,10 @@ class UpdaterPool:
         if poll_s:
             time.sleep(poll_s)
 
+    def averaged(self, target: int) -> None:
+        """After an averaging round: the real averager polls again at once (``ThreadUpdaters`` waits
+        for news; ``target`` is for it)."""
+
     def drain(self, applied: int) -> None:
         """Wait until the updaters have applied ``applied`` updates in all (the epoch's batches)."""
         while self.applied() < applied:
@@ -429,10 +433,12 @@ class ThreadUpdaters:
     charged the update's compute on its own clock (``VirtualClock.update``: U updaters sharing the
     rank's GPU), then counts (read&inc) and applies the update at the end of that time, while the
     other updaters and the averager go on. The feed's ring of ``slots`` still bounds how far it runs
-    ahead. ``idle`` skips the averager's polls that would see nothing new: its next poll waits until
-    some worker's counter reaches the value at which the decision could change, instead of spending
-    thousands of virtual all-reduces on a busy loop (the decisions are the same, up to one poll's
-    latency; ``poll_ms`` has no meaning here).
+    ahead. The averager's busy loop is not run turn by turn: after a poll that did not average, ``idle``
+    waits until some worker's counter reaches the value at which the decision could change; after a
+    round, ``averaged`` waits until some worker has updated since (a round with none averages equal
+    models again). Both skip only what would change nothing but time, which a busy loop on a fast
+    network spends in thousands of virtual all-reduces per update; what they move is when the next
+    poll or round starts, by less than one poll or round (``poll_ms`` has no meaning here).
     """
 
     def __init__(
@@ -453,6 +459,7 @@ class ThreadUpdaters:
         self.stats = torch.zeros(updaters, 3, dtype=torch.float64)
         self.settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
         self.counter = 0
+        self.seen = 0  # the job's updates when the averager last looked (``averaged``)
         self.cond = comm.threads().Condition()
         self.ready: deque = deque()  # (batch, step), or None: stop
         self.free = 0
@@ -479,13 +486,22 @@ class ThreadUpdaters:
 
     def set_updates(self, value: int) -> None:
         self.counter = value
-        self.clock.count_updates(value)
+        self.clock.count_updates(value, update=False)
 
     def applied(self) -> int:
         return int(self.stats[:, 1].sum())
 
     def idle(self, threshold: int, poll_s: float) -> None:  # noqa: ARG002 - see the class
         self.clock.wait_updates(threshold)
+        self.seen = self.clock.job_updates()
+
+    def averaged(self, target: int) -> None:
+        """Before the next poll, wait until some worker has updated since the last round ended (or a
+        counter has reached the epoch's ``target``): a round with no update since the one before
+        averages equal models again, a no-op to rounding, of which K = 1's back-to-back averaging
+        would run thousands per update on a fast network."""
+        self.clock.wait_updates(target, after=self.seen)
+        self.seen = self.clock.job_updates()
 
     def drain(self, applied: int) -> None:
         with self.cond:

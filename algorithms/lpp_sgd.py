@@ -176,6 +176,7 @@ class LAPSGD(LoopAlgorithm):
                 if s_max - last_min >= self.period_now:
                     self.last = s
                     self._average()
+                    pool.averaged(target)
                 else:  # the next poll can decide otherwise once a counter reaches the threshold
                     pool.idle(min(last_min + self.period_now, target), self.poll_s)
                 self._check_feed()

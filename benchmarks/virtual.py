@@ -416,12 +416,20 @@ class _Collective:
 
 @dataclass(eq=False)
 class _Counters:
-    """Every rank's Hogwild update counter, and the job-wide highest over virtual time: (time, count)
-    each time it rose (times in order: threads run in time order)."""
+    """The ranks' Hogwild update counters as the job sees them over virtual time (threads run in time
+    order, so every list is in time order): the time of every update, and the job-wide highest
+    counter with the time it rose to each value."""
 
     counts: dict[int, int] = field(default_factory=dict)
+    updates: list[float] = field(default_factory=list)  # the time of each update, any rank's
     times: list[float] = field(default_factory=lambda: [0.0])
     highest: list[int] = field(default_factory=lambda: [0])
+
+    def reached(self, threshold: int) -> float | None:
+        """When some counter first reached ``threshold`` (None: not yet)."""
+        if self.highest[-1] < threshold:
+            return None
+        return self.times[bisect.bisect_left(self.highest, threshold)]
 
 
 class Cluster:
@@ -919,24 +927,33 @@ class VirtualClock:
             return float(self.noise.gamma(shape, self.step_s / shape))
         return self.step_s
 
-    def count_updates(self, count: int) -> None:
-        """This rank's Hogwild counter is now ``count`` (at this thread's time): ``wait_updates``'s board."""
-        board = self.cluster.updates
+    def count_updates(self, count: int, update: bool = True) -> None:
+        """This rank's Hogwild counter is now ``count``, by an update (``update``) or a resume, at this
+        thread's time: the board that ``wait_updates`` reads."""
+        board, now = self.cluster.updates, self.scheduler.now()
         board.counts[self.rank] = count
+        if update:
+            board.updates.append(now)
         if count > board.highest[-1]:
-            board.times.append(self.scheduler.now())
+            board.times.append(now)
             board.highest.append(count)
         self.scheduler.poke(board)
 
-    def wait_updates(self, threshold: int) -> None:
-        """Wait until some rank's Hogwild counter reaches ``threshold``: the virtual cluster's stand-in
-        for the averagers' busy poll, which would see nothing new before (``hogwild.ThreadUpdaters``)."""
+    def job_updates(self) -> int:
+        """Updates of every rank so far (``wait_updates``'s ``after``)."""
+        return len(self.cluster.updates.updates)
+
+    def wait_updates(self, threshold: int, after: int | None = None) -> None:
+        """Wait until some rank's Hogwild counter reaches ``threshold`` or, with ``after``, until the
+        job has made more than ``after`` updates: the virtual cluster's stand-in for the averagers'
+        busy loop, which would see nothing new before (``hogwild.ThreadUpdaters``)."""
         board = self.cluster.updates
 
         def ready() -> float | None:
-            if board.highest[-1] < threshold:
-                return None
-            return board.times[bisect.bisect_left(board.highest, threshold)]
+            times = [board.reached(threshold)]
+            if after is not None and len(board.updates) > after:
+                times.append(board.updates[after])
+            return min((t for t in times if t is not None), default=None)
 
         self.scheduler.wait(ready, f"a Hogwild counter to reach {threshold}", board)
 

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import algorithms
 from algorithms import comm
 from algorithms.horovod import Horovod
+from algorithms.topology import Topology
 from benchmarks import cluster, virtual
 
 NET = cluster.Network(
@@ -410,6 +411,52 @@ def test_with_machine_noise_one_rank_activates_each_wagma_round_and_the_late_one
     _, noisy = _simulate(run_benchmark, tmp_path / "noisy", "wagma", "sim_step_cv=0.01")
     assert float(exact[-1]["stale_share"]) == 0.0
     assert 0.5 < float(noisy[-1]["stale_share"]) < 1.0
+
+
+def test_lpp_sgds_averagers_decide_alike_on_the_virtual_clock_with_uneven_ranks():
+    """The real test's invariants (``test_lpp_sgd.py``, 200 rounds with uneven updaters) on the virtual
+    clock: rank 1's batches come three times later, by a delay that varies per step; both averagers
+    still take the same decisions (the same rounds), every update is counted once (40 an epoch, 3 epochs), and
+    the state round-trips."""
+    cfg = _clock_config(2, sim_step_ms=1.0)
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        clock = virtual.VirtualClock(cl, rank, cfg)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        algo = algorithms.build("lpp_sgd", Topology(rank, nodes=1, procs_per_node=2), updaters=2, partial_start_epoch=1)
+        algo.clock = clock
+        algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=40, epochs=100))  # K = 1 throughout
+        uneven = SimpleNamespace(before_step=lambda step: clock.sleep(0.0005 * (1 + 2 * rank) * (step % 3)))
+        task = SimpleNamespace(loss=torch.nn.functional.cross_entropy, hparams={"batch_size": 8})
+        g = torch.Generator().manual_seed(rank)
+        for epoch in range(3):
+            batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(40)]
+            work = (
+                epoch,
+                batches,
+                task,
+                optimizer,
+                lambda s: 1.0,
+                epoch * 40,
+                uneven,
+                torch.device("cpu"),
+                lambda n: None,
+            )
+            loss_sum, n = algo.train_epoch(algorithms.Epoch(*work))
+            assert n == 40 and loss_sum > 0
+            dist.all_reduce(torch.tensor([loss_sum, float(n)], dtype=torch.float64))  # the runner's epoch end
+        state = algo.state_dict()
+        algo.load_state_dict(state)
+        result = (algo.rounds, state["updates"], int(state["stats"][:, 1].sum()), algo.metrics()["partial_share"])
+        algo.close()
+        return result
+
+    first, second = virtual.run(2, 2, NET, body)
+    assert first[:3] == second[:3] and first[1] == first[2] == 120  # the same decisions; every update once
+    assert first[0] >= 60 and 0.3 < first[3] < 0.5  # averaging after about every update; partial steps from epoch 1
 
 
 def test_lap_and_lpp_run_their_updaters_as_threads_on_the_virtual_clock(tmp_path, run_benchmark):
