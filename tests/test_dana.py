@@ -13,7 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
+import algorithms
 from algorithms import async_rules as ar
+from algorithms.base import Algorithm
+from benchmarks import config
+from benchmarks.config import ConfigError
 from benchmarks.stragglers import GammaTimes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,20 +214,18 @@ def test_simulated_synchronous_reference_waits_for_the_slowest_batch(tmp_path, r
     assert slowest > steps * 0.100  # the heterogeneous machines' slowest is slower than the mean
 
 
-def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path, run_command):
-    cmd = [
-        *run_command,
-        "--algorithm",
-        "lap_sgd",  # its updaters are processes, which the virtual cluster does not run yet
-        "--task",
-        "digits",
-        "--out",
-        str(tmp_path / "x"),
-        "--set",
-        "clock=simulated",
-    ]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "has no simulator" in result.stderr
+def test_simulated_clock_rejects_an_algorithm_without_a_simulator(tmp_path, monkeypatch):
+    """Every registered algorithm runs on the virtual clock (or the parameter server's simulator); a
+    new one whose class names no simulator is refused by name before anything starts."""
+    assert [name for name in algorithms.names() if algorithms.get(name).simulator is None] == []
+
+    class Plain(Algorithm):
+        def step(self) -> None:
+            self.optimizer.step()
+
+    monkeypatch.setitem(algorithms.REGISTRY, "plain", Plain)
+    with pytest.raises(ConfigError, match="'plain' has no simulator; simulated algorithms: ddp"):
+        config.resolve("plain", "digits", 1, 2, 0, tmp_path, ["clock=simulated"])
 
 
 @pytest.mark.parametrize(
