@@ -116,18 +116,22 @@ class Scheduler:
 
     def wait(self, ready: Callable[[], float | None], what: str, on: object = None) -> float:
         """Block the calling rank until ``ready()`` gives a time; its clock then moves there. ``on``
-        is what ``ready`` reads, which its changers ``poke`` (None: ``ready`` is asked at every
-        switch). Returns the virtual time it waited (counted idle; a communication's wait moves its
-        cost to comm)."""
+        is what ``ready`` reads, which its changers ``poke``, or a list of such things (None:
+        ``ready`` is asked at every switch). Returns the virtual time it waited (counted idle; a
+        communication's wait moves its cost to comm)."""
         me = self.me()
         if (t := ready()) is not None and t <= me.clock:
             return 0.0
         me.ready, me.waiting_for, me.waits_on = ready, what, on
-        if on is not None:
-            self.waiters.setdefault(on, set()).add(me)
+        keys = on if isinstance(on, list) else [] if on is None else [on]
+        for key in keys:
+            self.waiters.setdefault(key, set()).add(me)
         self._switch(me)
-        if on is not None:
-            self.waiters[on].discard(me)
+        for key in keys:
+            waiting = self.waiters[key]
+            waiting.discard(me)
+            if not waiting:  # keys may be one-off (a counter's value): keep the map small
+                del self.waiters[key]
         before, me.clock = me.clock, max(me.clock, ready())
         me.ready, me.waiting_for, me.waits_on = None, "", None
         me.idle_s += me.clock - before
@@ -135,7 +139,7 @@ class Scheduler:
 
     def poke(self, on: object) -> None:
         """``on`` changed: queue those waiting on it that can now go on, at their time."""
-        for actor in self.waiters.get(on, ()):
+        for actor in list(self.waiters.get(on, ())):
             if actor is not self.current:
                 self._queue(actor)
 
@@ -929,15 +933,19 @@ class VirtualClock:
 
     def count_updates(self, count: int, update: bool = True) -> None:
         """This rank's Hogwild counter is now ``count``, by an update (``update``) or a resume, at this
-        thread's time: the board that ``wait_updates`` reads."""
+        thread's time: the board that ``wait_updates`` reads. Only the waits this can end are asked
+        again (one key per value waited for): asking every averager at every update costs P^2 a step."""
         board, now = self.cluster.updates, self.scheduler.now()
         board.counts[self.rank] = count
         if update:
             board.updates.append(now)
+            self.scheduler.poke((board, "updates", len(board.updates)))
         if count > board.highest[-1]:
+            risen = range(board.highest[-1] + 1, count + 1)
             board.times.append(now)
             board.highest.append(count)
-        self.scheduler.poke(board)
+            for value in risen:
+                self.scheduler.poke((board, "reached", value))
 
     def job_updates(self) -> int:
         """Updates of every rank so far (``wait_updates``'s ``after``)."""
@@ -955,7 +963,8 @@ class VirtualClock:
                 times.append(board.updates[after])
             return min((t for t in times if t is not None), default=None)
 
-        self.scheduler.wait(ready, f"a Hogwild counter to reach {threshold}", board)
+        keys = [(board, "reached", threshold)] + ([(board, "updates", after + 1)] if after is not None else [])
+        self.scheduler.wait(ready, f"a Hogwild counter to reach {threshold}", keys)
 
     def sleep(self, seconds: float) -> None:
         self.scheduler.advance(seconds)
