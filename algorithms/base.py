@@ -169,6 +169,13 @@ class Algorithm(abc.ABC):
         return None
 
     @classmethod
+    def check_model(cls, knobs: dict[str, object], parameter_sizes: Callable[[], list[int]]) -> str | None:
+        """Why these knobs cannot run with the task's model (checked before any process starts, the
+        message names the fix), or ``None``; ``parameter_sizes()`` builds the model on the CPU and
+        gives the sizes of its parameter tensors, so only an algorithm that asks pays for it."""
+        return None
+
+    @classmethod
     def worker_count(cls, world_size: int) -> int:
         """How many of ``world_size`` ranks compute gradients (``worker_ranks``)."""
         return world_size

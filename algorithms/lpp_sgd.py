@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -372,6 +372,15 @@ class LPPSGD(LAPSGD):
         if lr_boost <= 0:
             raise ValueError(f"Arg ``lr_boost`` must be positive, got {lr_boost}.")
         self.partial_start_epoch, self.boost = partial_start_epoch, lr_boost
+
+    @classmethod
+    def check_model(cls, knobs: dict[str, object], parameter_sizes: Callable[[], list[int]]) -> str | None:
+        """U blocks of the task's model, or the reason there are none (before any process starts)."""
+        try:
+            contiguous_blocks(parameter_sizes(), knobs["updaters"])
+        except ValueError as error:
+            return f"--set updaters: {error}"
+        return None
 
     def blocks(self, model: nn.Module) -> list[tuple[int, int]]:
         return contiguous_blocks([p.numel() for p in model.parameters()], self.updaters)

@@ -257,6 +257,13 @@ def _check_values(config: RunConfig) -> None:
     problem = algorithms.get(config.algorithm).check(config.algorithm_params, h)
     if problem:
         raise ConfigError(problem)
+
+    def parameter_sizes() -> list[int]:
+        return [p.numel() for p in tasks.get(config.task).make_model().parameters()]
+
+    problem = algorithms.get(config.algorithm).check_model(config.algorithm_params, parameter_sizes)
+    if problem:
+        raise ConfigError(problem)
     if h["optimizer"] != "sgd" and h["eps"] < 0:
         raise ConfigError(f"--set eps: must not be negative, got {h['eps']}")
     if h["schedule"] == "plateau":

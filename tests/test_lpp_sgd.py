@@ -40,6 +40,8 @@ from algorithms.hogwild import (
 )
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
+from benchmarks import config
+from benchmarks.config import ConfigError
 from benchmarks.stragglers import Stragglers
 from benchmarks.tasks import digits, models
 
@@ -89,6 +91,13 @@ def test_wrn16_8_blocks_hold_the_specs_shares(classes, shares):
 def test_a_model_that_cannot_have_u_blocks_names_updaters():
     with pytest.raises(ValueError, match="``updaters``"):
         contiguous_blocks(_sizes(models.squeezenet_cifar(100)), 6)  # conv10 alone outweighs a sixth
+
+
+def test_a_task_whose_model_has_no_u_blocks_is_refused_before_any_process_starts(tmp_path):
+    with pytest.raises(ConfigError, match="--set updaters: Arg ``updaters`` \\(4\\) leaves an empty block"):
+        config.resolve("lpp_sgd", "digits", 1, 2, 0, tmp_path, ["updaters=4"])
+    assert config.resolve("lpp_sgd", "digits", 1, 2, 0, tmp_path, ["updaters=2"]).algorithm_params["updaters"] == 2
+    assert config.resolve("lap_sgd", "digits", 1, 2, 0, tmp_path, ["updaters=4"])  # LAP-SGD needs no blocks
 
 
 def test_lr_rules_of_the_spec():
