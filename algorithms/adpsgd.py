@@ -95,8 +95,6 @@ class ADPSGD(Algorithm):
         self.thread.start()
 
     def step(self) -> None:
-        if self.thread is None:
-            self._start()
         self._check_thread()
         with self.lock:
             flat = flatten(self.params) + self.pending
@@ -105,6 +103,8 @@ class ADPSGD(Algorithm):
             # Published at once: until the optimizer's step is published below, an exchange must see
             # the deltas just applied, or the partners would average against a stale model.
             self.published = flat
+        if self.thread is None:  # after the publish: its first exchange must see this model, not prepare()'s
+            self._start()
         self.optimizer.step()
         with self.lock:
             self.published = flatten(self.params)
