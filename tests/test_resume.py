@@ -166,8 +166,18 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     # (DDP's first layout) and rounds differently: 4e-9 after that step (tests/test_powersgd.py),
     # grown to 2e-3 of the training loss two epochs later.
     near = {"final_metric": 0.01, "best_metric": 0.01, "final_train_loss": 0.01} if case == "powersgd" else {}
-    for key in ("final_metric", "best_metric", "final_train_loss", "steps", "samples", "epochs", "epochs_to_target"):
+    for key in ("final_metric", "best_metric", "final_train_loss", "steps", "samples", "epochs"):
         assert summary[key] == pytest.approx(reference[key], rel=near.get(key, 0.0)), key
+    if case == "powersgd":  # a metric within rounding of the target may cross it one evaluation apart
+        metrics = [
+            [float(r["val_metric"]) for r in csv.DictReader((d / "metrics.csv").open())]
+            for d in (out, tmp_path / "whole")
+        ]
+        assert metrics[0] == pytest.approx(metrics[1], abs=0.01)
+        a, b = summary["epochs_to_target"], reference["epochs_to_target"]
+        assert a == b or (a is not None and b is not None and abs(a - b) <= 1), (a, b)  # seen: 3 against 4, once
+    else:
+        assert summary["epochs_to_target"] == reference["epochs_to_target"]
     if case in IN_FLIGHT_MB:  # the same numbers, and the bytes within the messages in flight
         timed = ("wall_s", "comm_s", "idle_s", "sent_mb")
         assert _metrics(out, timed) == _metrics(tmp_path / "whole", timed), "metrics.csv: rows appended"
