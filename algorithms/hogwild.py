@@ -200,6 +200,40 @@ class Updater:
         if alternate:
             self.toggle.fill_(1 - int(self.toggle))
 
+    def step(
+        self,
+        batch: tuple,
+        loss_fn: Callable,
+        schedule: Schedule,
+        computed: Callable[[tuple[int, int]], None],
+        read_and_increment: Callable[[], int],
+        stats: torch.Tensor,
+    ) -> None:
+        """One update of Algorithm 1, the same for the processes and the virtual cluster's threads:
+        the gradient; ``computed(span)`` once it is (a process frees its batch's slot, a thread is
+        charged the compute on the virtual clock); read&inc after the gradient, as the official code
+        (Algorithm 1 reads first, line 2); the update at that count's lr; this updater's ``stats`` row
+        (loss sum, updates, partial updates)."""
+        loss, span, grads = self.gradients(batch, loss_fn)
+        computed(span)
+        s = read_and_increment()
+        self.apply(span, grads, schedule.lr(s), schedule.alternates(s))
+        partial = span[1] - span[0] < len(self.params)
+        stats += torch.tensor([loss, 1.0, float(partial)], dtype=torch.float64)
+
+
+def updater_state(
+    params: list[torch.Tensor], updaters: int, share: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[list[list[torch.Tensor]], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each updater's momentum buffers, their started flags, its full/partial toggle and its stats row
+    (loss sum, updates, partial updates): what a checkpoint saves of the updaters. ``share`` makes a
+    tensor visible to the updaters (shared memory for processes; nothing for threads)."""
+    bufs = [[share(torch.zeros_like(p)) for p in params] for _ in range(updaters)]
+    started = share(torch.zeros(updaters, len(params), dtype=torch.bool))
+    toggles = share(torch.zeros(updaters, 1, dtype=torch.int64))
+    stats = share(torch.zeros(updaters, 3, dtype=torch.float64))
+    return bufs, started, toggles, stats
+
 
 def batch_tensors(batch: object) -> list[torch.Tensor]:
     """The tensors of a batch that may nest tuples and lists, in order."""
@@ -251,11 +285,7 @@ class UpdaterPool:
         ctx = mp.get_context("spawn" if accelerator.is_accelerator(self.device) else "fork")
         # Shared as ``_share_`` shares: CPU tensors in POSIX shared memory, CUDA ones through CUDA IPC.
         self.updaters, self.model = updaters, model.share_memory() if self.device.type == "cpu" else model
-        params = list(model.parameters())
-        self.bufs = [[_share_(torch.zeros_like(p)) for p in params] for _ in range(updaters)]
-        self.started = torch.zeros(updaters, len(params), dtype=torch.bool).share_memory_()
-        self.toggles = torch.zeros(updaters, 1, dtype=torch.int64).share_memory_()
-        self.stats = torch.zeros(updaters, 3, dtype=torch.float64).share_memory_()
+        self.bufs, self.started, self.toggles, self.stats = updater_state(list(model.parameters()), updaters, _share_)
         self.counter = ctx.Value("q", 0)
         self.ready, self.free, started = ctx.Queue(), ctx.Queue(), ctx.Queue()
         self.setups = [ctx.Queue() for _ in range(updaters)]
@@ -396,15 +426,18 @@ def _run(
         while (item := _get(ready, parent)) is not None:  # a straggler's batch comes after its delay
             slot, step = item
             batch = fill_batch(template, [t[slot] for t in slots])
-            loss, span, grads = updater.gradients(batch, loss_fn)
-            accelerator.synchronize(device)  # the slot's batch has been read once backward's kernels have run
-            free.put(slot)
-            with counter.get_lock():  # read&inc after the gradient, as the official code
-                s = counter.value
-                counter.value += 1
-            partial = span[1] - span[0] < len(updater.params)
-            updater.apply(span, grads, schedule.lr(s), schedule.alternates(s))
-            stats += torch.tensor([loss, 1.0, float(partial)], dtype=torch.float64)
+
+            def computed(span: tuple[int, int], slot: int = slot) -> None:
+                accelerator.synchronize(device)  # the slot's batch has been read once backward's kernels have run
+                free.put(slot)
+
+            def read_and_increment() -> int:
+                with counter.get_lock():
+                    s = counter.value
+                    counter.value += 1
+                return s
+
+            updater.step(batch, loss_fn, schedule, computed, read_and_increment, stats)
     except Exception:  # noqa: BLE001 - report, then exit non-zero: the averager checks the exit code
         traceback.print_exc()
         raise SystemExit(1) from None
@@ -453,10 +486,7 @@ class ThreadUpdaters:
         self.updaters, self.model, self.blocks, self.seed, self.clock = updaters, model, blocks, seed, clock
         params = list(model.parameters())
         self.sizes = [p.numel() for p in params]
-        self.bufs = [[torch.zeros_like(p) for p in params] for _ in range(updaters)]
-        self.started = torch.zeros(updaters, len(params), dtype=torch.bool)
-        self.toggles = torch.zeros(updaters, 1, dtype=torch.int64)
-        self.stats = torch.zeros(updaters, 3, dtype=torch.float64)
+        self.bufs, self.started, self.toggles, self.stats = updater_state(params, updaters, lambda t: t)
         self.settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
         self.counter = 0
         self.seen = 0  # the job's updates when the averager last looked (``averaged``)
@@ -528,13 +558,16 @@ class ThreadUpdaters:
             if item is None:
                 return
             batch, _ = item
-            loss, span, grads = updater.gradients(batch, self.loss_fn)
-            self.clock.update(self.updaters, self.sizes, span)  # its compute, on this thread's clock
+            # One thread runs at a time and nothing after the compute's charge waits: the step needs no lock.
+            updater.step(batch, self.loss_fn, self.schedule, self._computed, self._read_and_increment, self.stats[u])
             with self.cond:
-                self.free += 1
-                s, self.counter = self.counter, self.counter + 1  # read&inc after the gradient
-                partial = span[1] - span[0] < len(self.sizes)
-                updater.apply(span, grads, self.schedule.lr(s), self.schedule.alternates(s))
-                self.stats[u] += torch.tensor([loss, 1.0, float(partial)], dtype=torch.float64)
-                self.cond.notify_all()
+                self.cond.notify_all()  # a slot is free, the counter and ``applied`` have moved
             self.clock.count_updates(self.counter)
+
+    def _computed(self, span: tuple[int, int]) -> None:
+        self.clock.update(self.updaters, self.sizes, span)  # its compute, on this thread's clock
+        self.free += 1
+
+    def _read_and_increment(self) -> int:
+        s, self.counter = self.counter, self.counter + 1
+        return s
