@@ -13,7 +13,9 @@ asked to predict what the real runs of the embedded default (digits, 2 nodes x 2
 2. a batch's compute: the runner's training step with no communication, 4 single-process runs at
    once, as the real run's 4 ranks share the cores (``sim_step_ms``);
 3. each algorithm's real run and its simulated twin (same seed, same settings, the two numbers above):
-   time to target from both summaries.
+   time to target from both summaries. LAP/LPP-SGD's twin is given this machine's updater throughput
+   (``updater_speedup``): its real ranks run U updater processes and a busy-polling averager each,
+   U + 1 busy processes where the measured batch had one.
 
 It writes ``calibration.csv`` (one row per algorithm and seed), ``calibration.json`` (the measured
 link and batch time) and ``calibration.png`` (predicted against measured, with the 25 % band), and
@@ -50,7 +52,10 @@ from benchmarks import cluster, config, run, tasks
 ROOT = Path(__file__).resolve().parent.parent
 RANKS, NODES, PPN = 4, 2, 2
 SIZES = [2**k for k in range(6, 21, 2)]  # float32 elements: 256 B to 4 MB
-PREDICTED = ["ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "wagma", "adpsgd"]
+PREDICTED = [
+    *("ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "wagma", "adpsgd"),
+    *("lap_sgd", "lpp_sgd"),
+]
 
 
 def _init(rank: int, store: str) -> None:
@@ -144,6 +149,19 @@ def embedded_sets(algorithm: str) -> list[str]:
     return config.overrides_for(algorithm, "digits", matrix["overrides"])
 
 
+def updater_speedup(algorithm: str) -> list[str]:
+    """LAP/LPP-SGD's ``sim_updater_speedup`` on this machine: the U updaters' throughput against the
+    one process of the measured batch. Each rank runs U updater processes and an averager that polls
+    without pause (``poll_ms=0``), U + 1 busy processes sharing the cores where the batch was measured
+    with one a rank: an updater's batch takes U + 1 measured batches, which the virtual clock, charging
+    an update a batch x U / speedup, gives with speedup U / (U + 1). Other algorithms: nothing."""
+    if algorithm not in ("lap_sgd", "lpp_sgd"):
+        return []
+    knobs = dict(item.split("=", 1) for item in embedded_sets(algorithm))
+    updaters = int(knobs.get("updaters", 4))
+    return [f"sim_updater_speedup={updaters / (updaters + 1):.6f}"]
+
+
 def time_to_target(algorithm: str, seed: int, sets: list[str]) -> float | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
@@ -203,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     for algorithm in args.algorithms:
         for seed in args.seeds:
             measured = time_to_target(algorithm, seed, [])
-            predicted = time_to_target(algorithm, seed, simulated)
+            predicted = time_to_target(algorithm, seed, [*simulated, *updater_speedup(algorithm)])
             rows.append({"algorithm": algorithm, "seed": seed, "measured_s": measured, "predicted_s": predicted})
             print(f"  {algorithm:<15} seed {seed}: measured {measured} s, predicted {predicted} s", flush=True)
     with open(args.out / "calibration.csv", "w", newline="") as f:

@@ -560,3 +560,15 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
             sets = ["clock=simulated", f"sim_network={tmp_path / spec}"]
             run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
     assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", [f"sim_network={tmp_path / 'net.json'}"])
+
+
+def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
+    """On this machine each rank runs U updater processes and an averager that polls without pause:
+    U + 1 busy processes where the measured batch had one, so U updates take U + 1 batches, which
+    the virtual clock (an update costs a batch x U / speedup) gives with speedup U / (U + 1)."""
+    from benchmarks import calibrate
+
+    assert calibrate.updater_speedup("lap_sgd") == calibrate.updater_speedup("lpp_sgd")
+    (item,) = calibrate.updater_speedup("lpp_sgd")  # the embedded default's updaters=2
+    assert item == "sim_updater_speedup=0.666667"
+    assert calibrate.updater_speedup("ddp") == []
