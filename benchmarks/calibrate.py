@@ -6,10 +6,10 @@ The virtual cluster is only as good as its time model. Here it is given this mac
 asked to predict what the real runs of the embedded default (digits, 2 nodes x 2 processes, its
 ``config/config.yaml`` settings) measure:
 
-1. the network: gloo all-reduces among 4 processes of this machine, 256 B to 4 MB, each rank
-   computing a batch between two of them as in training, fitted to the ring model's
-   ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares the loopback), and written as
-   ``network.json``, which ``--set sim_network=`` reads;
+1. the network: what a gloo all-reduce among 4 processes of this machine, 256 B to 4 MB, adds to
+   a training iteration (a batch then the all-reduce, less the batch alone, all ranks at once),
+   fitted to the ring model's ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares
+   the loopback), and written as ``network.json``, which ``--set sim_network=`` reads;
 2. a batch's compute: the runner's training step with no communication, 4 single-process runs at
    once, as the real run's 4 ranks share the cores (``sim_step_ms``);
 3. each algorithm's real run and its simulated twin (same seed, same settings, the two numbers above):
@@ -64,25 +64,37 @@ def _init(rank: int, store: str) -> None:
 
 
 def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
-    """Each rank computes a batch of the task between two all-reduces, as in training: on a machine
-    whose cores the ranks share, a collective also waits for the others' compute to be scheduled."""
+    """What an all-reduce of each size adds to a training iteration here: the time per iteration of
+    a batch then an all-reduce, less that of the batch alone, on all 4 ranks at once (they share the
+    cores, as in training). That is what the virtual clock adds to a rank's batch for it. Timing
+    the all-reduce call alone would count the wait for the ranks whose batch the OS ran later, which
+    the batch time (``measure_batch``: 4 runs at once) already counts: twice a batch, at 8-11 ms for
+    any size, where the network's own cost is a fraction of a ms."""
     _init(rank, store)
     task = tasks.get("digits")
     model = task.make_model()
     train_set, _ = task.make_datasets(None)
     x_batch = torch.stack([train_set[i][0] for i in range(task.hparams["batch_size"])])
+
+    def iteration_s(x: torch.Tensor | None) -> float:
+        """Seconds per iteration over ``reps``, the mean over the ranks."""
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(reps):
+            model(x_batch).sum().backward()
+            if x is not None:
+                dist.all_reduce(x)
+        seconds = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64)
+        dist.all_reduce(seconds)
+        return seconds.item() / RANKS
+
+    batch_s = statistics.median(iteration_s(None) for _ in range(3))
     times = []
     for n in SIZES:
         x = torch.ones(n)
         for _ in range(3):
             dist.all_reduce(x)
-        samples = []
-        for _ in range(reps):
-            model(x_batch).sum().backward()
-            start = time.perf_counter()
-            dist.all_reduce(x)
-            samples.append(time.perf_counter() - start)
-        times.append(statistics.mean(samples))
+        times.append(max(statistics.median(iteration_s(x) for _ in range(3)) - batch_s, 0.0))
     if rank == 0:
         Path(result).write_text(json.dumps(times))
     dist.destroy_process_group()
@@ -103,13 +115,14 @@ def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> cluster.L
     return cluster.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
 
 
-def measure_network(reps: int = 30) -> tuple[cluster.Network, list[float]]:
+def measure_network(reps: int = 60) -> tuple[cluster.Network, list[float]]:
     """This machine's link, fitted to the ring all-reduce: ``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``."""
     times = _spawn(_allreduce_times, reps)
     link = fit_ring([4 * n for n in SIZES], times, RANKS)
     source = (
-        f"gloo all-reduce among {RANKS} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, "
-        f"median of {reps}, least squares on the ring model (benchmarks/calibrate.py)"
+        f"what a gloo all-reduce among {RANKS} processes of this machine ({os.uname().nodename}), 256 B to "
+        f"4 MB, adds to a training iteration (median of 3 means of {reps}), least squares on the ring model "
+        "(benchmarks/calibrate.py)"
     )
     net = cluster.Network("this_machine", intra=link, inter=link, sources={"intra": source, "inter": source})
     return net, times
