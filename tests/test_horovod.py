@@ -110,12 +110,19 @@ def suite(tmp_path_factory) -> dict[str, list[torch.Tensor]]:
 def _launched(launcher: str, out: Path) -> list[torch.Tensor]:
     """Horovod on WORLD ranks started by ``mpirun`` or ``horovodrun --gloo``; rank 0's parameters."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", OMP_NUM_THREADS="1")
-    worker = [sys.executable, "-m", "tests.test_horovod", str(out)]
+    # A rank that dies of a signal prints its Python stack (faulthandler), and mpirun names every
+    # rank's exit code, not only the first: a failure here says which rank died, and of what.
+    worker = [sys.executable, "-X", "faulthandler", "-m", "tests.test_horovod", str(out)]
     if launcher == "mpirun":
-        command = [str(BIN / "mpirun"), "-n", str(WORLD), *worker]
+        command = [str(BIN / "mpirun"), "-print-all-exitcodes", "-n", str(WORLD), *worker]
     else:
         command = [str(BIN / "horovodrun"), "--gloo", "-np", str(WORLD), "-H", f"localhost:{WORLD}", *worker]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
+    result = subprocess.run(
+        command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, (
+        f"{launcher} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    )
     assert Path(f"{out}.launcher").read_text() == launcher
     return torch.load(out)
 
