@@ -338,20 +338,29 @@ class _ForkedRank:
 def exit_process(code: int) -> None:
     """End this process with ``code`` once its work is done, without the interpreter's teardown.
 
-    A rank's work ends when its entry point returns: summary written, process group destroyed. What the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd
-    engine, destroyed in no fixed order) has aborted finished runs now and then ("terminate called
-    without an active exception", signal 6), which srun and Snakemake take for a failed run. What
-    the skipped exit handlers did that matters is done here: MPI's finalize, the log's flush.
+    A rank's work ends when its entry point returns: summary written, process group destroyed. What
+    the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd engine,
+    destroyed in no fixed order) has aborted finished runs now and then ("terminate called without
+    an active exception", signal 6), which srun and Snakemake take for a failed run. What the
+    skipped exit handlers did that matters is done here: the log's flush, and MPI's finalize.
+
+    A process that initialised MPI ends through the C library's ``exit`` (its exit handlers, not the
+    interpreter's teardown): MPICH (4 and later) ends its connection to the process manager in
+    such a handler. Without it, hydra's ``mpirun`` takes the first rank to end for a crashed one
+    and SIGKILLs the ranks still running, which then end with signal 9: a finished Horovod job
+    failed so about once in 30 runs, and hydra killed the ranks at the end of every run.
     """
-    mpi = sys.modules.get("mpi4py.MPI")
-    try:
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():  # OpenMPI's mpirun wants it
-            mpi.Finalize()
-    except Exception as error:  # noqa: BLE001 - after the run's end: a warning, never its exit code
-        print(f"warning: MPI_Finalize failed after the run ended: {error}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if mpi is not None and mpi.Is_initialized():
+            if not mpi.Is_finalized():  # Open MPI's mpirun wants it before the end
+                mpi.Finalize()
+            ctypes.PyDLL(None).exit(code)  # never returns; holds the GIL: no Python thread runs on
+    except Exception as error:  # noqa: BLE001 - after the run's end: a warning, never its exit code
+        print(f"warning: MPI_Finalize failed after the run ended: {error}", file=sys.stderr)
     os._exit(code)
 
 
