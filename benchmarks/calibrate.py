@@ -6,10 +6,13 @@ The virtual cluster is only as good as its time model. Here it is given this mac
 asked to predict what the real runs of the embedded default (digits, 2 nodes x 2 processes, its
 ``config/config.yaml`` settings) measure:
 
-1. the network: what a gloo all-reduce among 4 processes of this machine, 256 B to 4 MB, adds to
-   a training iteration (a batch then the all-reduce, less the batch alone, all ranks at once),
+1. the network: a gloo all-reduce among 4 processes of this machine, 256 B to 4 MB, back to back,
    fitted to the ring model's ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares
-   the loopback), and written as ``network.json``, which ``--set sim_network=`` reads;
+   the loopback), and what the same all-reduce adds to a training iteration beyond that (a batch
+   then the all-reduce, less the batch alone, all ranks at once): the wait for the ranks whose
+   batch the OS ran last, which the first communication after a compute phase pays (``sync_s``;
+   the evaluation's six collectives in a row pay it once). Written as ``network.json``, which
+   ``--set sim_network=`` reads;
 2. a batch's compute: the runner's training step with no communication, 4 single-process runs at
    once, as the real run's 4 ranks share the cores (``sim_step_ms``);
 3. each algorithm's real run and its simulated twin (same seed, same settings, the two numbers above):
@@ -64,12 +67,12 @@ def _init(rank: int, store: str) -> None:
 
 
 def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
-    """What an all-reduce of each size adds to a training iteration here: the time per iteration of
-    a batch then an all-reduce, less that of the batch alone, on all 4 ranks at once (they share the
-    cores, as in training). That is what the virtual clock adds to a rank's batch for it. Timing
-    the all-reduce call alone would count the wait for the ranks whose batch the OS ran later, which
-    the batch time (``measure_batch``: 4 runs at once) already counts: twice a batch, at 8-11 ms for
-    any size, where the network's own cost is a fraction of a ms."""
+    """Two times per size, on all 4 ranks at once: an all-reduce back to back with the next (the
+    link's own cost), and what it adds to a training iteration (a batch then the all-reduce, less
+    the batch alone). They differ by the wait for the ranks whose batch the OS ran last on the
+    shared cores: several ms for any size, where the link's own cost is a fraction of one. Timing
+    the all-reduce call after a batch alone would count that wait beside the batch time
+    (``measure_batch``: 4 runs at once), which holds it already."""
     _init(rank, store)
     task = tasks.get("digits")
     model = task.make_model()
@@ -88,15 +91,26 @@ def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
         dist.all_reduce(seconds)
         return seconds.item() / RANKS
 
+    def back_to_back_s(x: torch.Tensor) -> float:
+        """Seconds per all-reduce over ``reps`` in a row, the mean over the ranks."""
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(reps):
+            dist.all_reduce(x)
+        seconds = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64)
+        dist.all_reduce(seconds)
+        return seconds.item() / RANKS
+
     batch_s = statistics.median(iteration_s(None) for _ in range(3))
-    times = []
+    alone, added = [], []
     for n in SIZES:
         x = torch.ones(n)
         for _ in range(3):
             dist.all_reduce(x)
-        times.append(max(statistics.median(iteration_s(x) for _ in range(3)) - batch_s, 0.0))
+        alone.append(statistics.median(back_to_back_s(x) for _ in range(3)))
+        added.append(max(statistics.median(iteration_s(x) for _ in range(3)) - batch_s, 0.0))
     if rank == 0:
-        Path(result).write_text(json.dumps(times))
+        Path(result).write_text(json.dumps({"back_to_back_s": alone, "added_to_iteration_s": added}))
     dist.destroy_process_group()
 
 
@@ -115,16 +129,23 @@ def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> cluster.L
     return cluster.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
 
 
-def measure_network(reps: int = 60) -> tuple[cluster.Network, list[float]]:
-    """This machine's link, fitted to the ring all-reduce: ``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``."""
+def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[float]]]:
+    """This machine's link, fitted to the ring all-reduce (``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``)
+    on back-to-back all-reduces, and its ``sync_s``: the median over the sizes of what an all-reduce
+    adds to a training iteration beyond its back-to-back time."""
     times = _spawn(_allreduce_times, reps)
-    link = fit_ring([4 * n for n in SIZES], times, RANKS)
-    source = (
-        f"what a gloo all-reduce among {RANKS} processes of this machine ({os.uname().nodename}), 256 B to "
-        f"4 MB, adds to a training iteration (median of 3 means of {reps}), least squares on the ring model "
-        "(benchmarks/calibrate.py)"
+    alone, added = times["back_to_back_s"], times["added_to_iteration_s"]
+    link = fit_ring([4 * n for n in SIZES], alone, RANKS)
+    sync_s = max(statistics.median(a - b for a, b in zip(added, alone)), 0.0)
+    where = f"{RANKS} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, median of 3 means of {reps}"
+    source = f"gloo all-reduces back to back among {where}, least squares on the ring model (benchmarks/calibrate.py)"
+    sync = (
+        f"what the same all-reduces add to a training iteration (a batch then the all-reduce, less the batch "
+        f"alone) beyond their back-to-back time, median over the sizes: the ranks share {os.cpu_count()} cores"
     )
-    net = cluster.Network("this_machine", intra=link, inter=link, sources={"intra": source, "inter": source})
+    net = cluster.Network(
+        "this_machine", intra=link, inter=link, sources={"intra": source, "inter": source, "sync": sync}, sync_s=sync_s
+    )
     return net, times
 
 
@@ -224,9 +245,13 @@ def main(argv: list[str] | None = None) -> None:
     cluster.save(net, args.out / "network.json")
     step_s = measure_batch()
     link = net.inter
-    print(f"link: {link.latency_s * 1e6:.1f} us + n / {link.bandwidth_bps / 1e9:.2f} GB/s; batch {step_s * 1e3:.2f} ms")
+    print(
+        f"link: {link.latency_s * 1e6:.1f} us + n / {link.bandwidth_bps / 1e9:.2f} GB/s, "
+        f"{net.sync_s * 1e3:.2f} ms after compute; batch {step_s * 1e3:.2f} ms"
+    )
+    allreduce = {k: dict(zip(SIZES, v)) for k, v in times.items()}
     (args.out / "calibration.json").write_text(
-        json.dumps({"network": str(args.out / "network.json"), "allreduce_s": dict(zip(SIZES, times)),
+        json.dumps({"network": str(args.out / "network.json"), "allreduce_s": allreduce,
                     "sim_step_ms": step_s * 1e3, "ranks": RANKS}, indent=2) + "\n"
     )  # fmt: skip
     simulated = ["clock=simulated", f"sim_network={args.out / 'network.json'}", f"sim_step_ms={step_s * 1e3:.4f}"]

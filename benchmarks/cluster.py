@@ -40,12 +40,20 @@ class Link:
 
 @dataclass(frozen=True)
 class Network:
-    """A two-level network: ``intra`` between the GPUs of a node, ``inter`` between nodes."""
+    """A two-level network: ``intra`` between the GPUs of a node, ``inter`` between nodes.
+
+    ``sync_s`` is what the first communication after a compute phase waits beyond its link time,
+    where ranks share processor cores: the OS runs some ranks' compute after the others', so the
+    first message or collective after it waits for the last of them, and the next ones, with no
+    compute between, do not. 0 on a cluster, where each rank has its own device; the calibration
+    measures it on the machine it runs on (``benchmarks/calibrate.py``).
+    """
 
     name: str
     intra: Link
     inter: Link
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    sync_s: float = 0.0
 
     def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
         """The slowest link among ``ranks`` (global ranks, ``procs_per_node`` to a node)."""
@@ -156,13 +164,14 @@ def network(spec: str) -> Network:
     if not path.is_file():
         raise ValueError(
             f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file "
-            "with name, intra and inter ({latency_s, bandwidth_bps}) and sources"
+            "with name, intra and inter ({latency_s, bandwidth_bps}), sources and (optional) sync_s"
         )
     try:
         d = json.loads(path.read_text())
-        return Network(d["name"], Link(**d["intra"]), Link(**d["inter"]), dict(d.get("sources", {})))
+        links = Link(**d["intra"]), Link(**d["inter"])
+        return Network(d["name"], *links, dict(d.get("sources", {})), float(d.get("sync_s", 0.0)))
     except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"network file {spec}: {error!r}; expected name, intra, inter, sources") from None
+        raise ValueError(f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s") from None
 
 
 def save(net: Network, path: Path) -> None:

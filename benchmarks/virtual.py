@@ -79,6 +79,7 @@ class Actor:
     compute_s: float = 0.0
     comm_s: float = 0.0
     idle_s: float = 0.0
+    computed: bool = False  # it has computed since its last communication (``Network.sync_s``)
     # released when it is its turn; its thread takes it to go on. A bare lock is the cheapest hand-off
     # Python has (an Event's set and wait take a condition and a fresh lock each, 40 % more per switch)
     go: threading.Lock = field(default_factory=_taken_lock)
@@ -424,6 +425,7 @@ class _Collective:
     result: object = None
     done_at: float | None = None
     cost: float = 0.0
+    after_compute: bool = False  # a member came to it from computing: it pays ``Network.sync_s``
 
 
 @dataclass(eq=False)
@@ -580,12 +582,14 @@ class VirtualGroup(dist.ProcessGroup):
         key = (self.name, self.calls)
         self.calls += 1
         c = self.cluster.collectives.setdefault(key, _Collective(self.size()))
-        me = self.rank()
+        me, actor = self.rank(), self.cluster.scheduler.me()
         c.inputs[me] = [t.detach() for t in tensors]
-        c.clocks[me] = self.cluster.scheduler.now()
+        c.clocks[me] = actor.clock
+        c.after_compute |= actor.computed
+        actor.computed = False
         if len(c.inputs) == c.size:
             c.result = combine(c)
-            c.cost = cost(_nbytes(tensors) * self.cluster.byte_scale)
+            c.cost = cost(_nbytes(tensors) * self.cluster.byte_scale) + self.cluster.network.sync_s * c.after_compute
             c.done_at = max(c.clocks.values()) + c.cost
             self.cluster.scheduler.poke(key)
         return c, key
@@ -674,9 +678,11 @@ class VirtualGroup(dist.ProcessGroup):
         return self.cluster.inboxes.setdefault((self.name, dst, tag), _Inbox())
 
     def send(self, tensors, dst, tag):
-        cluster, me = self.cluster, self.ranks[self.rank()]
+        cluster, me, actor = self.cluster, self.ranks[self.rank()], self.cluster.scheduler.me()
         to = self.ranks[dst]
         cost = cluster.network.p2p(me, to, cluster.procs_per_node, _nbytes(tensors) * cluster.byte_scale)
+        cost += cluster.network.sync_s * actor.computed
+        actor.computed = False
         arrives = cluster.scheduler.now() + cost
         inbox = self._inbox(dst, tag)
         inbox.post(self.rank(), _Message([t.detach().clone() for t in tensors], arrives, cost, cluster.messages))
@@ -860,7 +866,7 @@ class VirtualClock:
         if self._batch_s is None:
             self._batch_s = self._draw()
         target = self._batch_s * (1.0 if until is None else min(until, 1.0))
-        self.scheduler.advance(max(target - self._charged_s, 0.0))
+        self._compute(max(target - self._charged_s, 0.0))
         self._charged_s = max(target, self._charged_s)
         if until is None:
             self._batch_s, self._charged_s = None, 0.0
@@ -938,7 +944,7 @@ class VirtualClock:
         through, own = sum(sizes[lo:]) / total, sum(sizes[lo:hi]) / total
         share = FORWARD_SHARE + (1.0 - FORWARD_SHARE) / 2 * (through + own)
         batch = self._draw()
-        self.scheduler.advance(batch * updaters / self.updater_speedup * share)
+        self._compute(batch * updaters / self.updater_speedup * share)
 
     def _draw(self) -> float:
         """One batch's compute time: from the gamma straggler model, with machine noise, or the mean."""
@@ -991,7 +997,13 @@ class VirtualClock:
         """Charge an evaluation of ``batches`` training batches' worth of samples: their forward
         passes, ``FORWARD_SHARE`` of a batch's mean compute each (the clock counts evaluation, as
         MLPerf's and as the wall clock does)."""
-        self.scheduler.advance(FORWARD_SHARE * self.step_s * batches)
+        self._compute(FORWARD_SHARE * self.step_s * batches)
+
+    def _compute(self, seconds: float) -> None:
+        """The calling thread computes for ``seconds``; its next communication pays ``sync_s``."""
+        if seconds > 0:
+            self.scheduler.me().computed = True
+        self.scheduler.advance(seconds)
 
     def size_messages(self, model: torch.nn.Module) -> None:
         """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters,
@@ -1018,6 +1030,7 @@ class VirtualClock:
                 "intra": dataclasses.asdict(net.intra),
                 "inter": dataclasses.asdict(net.inter),
                 "sources": net.sources,
+                "sync_s": net.sync_s,
             },
             "sim_step_ms": self.step_s * 1000.0,
             "sim_step_cv": self.step_cv,

@@ -201,6 +201,40 @@ def test_non_blocking_all_reduce_overlaps_compute():
     assert virtual.run(2, 2, slow, body) == [pytest.approx(slow.ring_allreduce([0, 1], 2, 1_000_000))] * 2
 
 
+def test_the_first_communication_after_compute_waits_sync_s_and_the_next_ones_do_not():
+    """``Network.sync_s`` (a machine whose ranks share cores): 2 ranks on one node compute 100 ms,
+    then all-reduce 4 kB twice: the first ends at 100 ms + ring + 5 ms, the second a ring later.
+    Then each sends the other 4 kB (a blocking send ends when its message lands): rank 0, after
+    another 100 ms of compute, a p2p + 5 ms later; rank 1, with no compute since its collective, a
+    p2p later."""
+    shared = cluster.Network("shared", NET.intra, NET.inter, sync_s=0.005)
+    ring, p2p = shared.ring_allreduce([0, 1], 2, 4000), shared.p2p(0, 1, 2, 4000)
+    cfg = _clock_config(2)
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        clock = virtual.VirtualClock(cl, rank, cfg)
+        clock.compute()
+        x = torch.ones(1000)
+        dist.all_reduce(x)
+        first = clock()
+        dist.all_reduce(x)
+        second = clock()
+        if rank == 0:
+            clock.compute()
+        start = clock()
+        dist.send(x.clone(), 1 - rank)
+        sent = clock() - start
+        dist.recv(x, 1 - rank)
+        return first, second, sent
+
+    (first0, second0, sent0), (first1, second1, sent1) = virtual.run(2, 2, shared, body)
+    assert first0 == first1 == pytest.approx(0.1 + ring + 0.005)
+    assert second0 == second1 == pytest.approx(0.1 + 2 * ring + 0.005)
+    assert sent0 == pytest.approx(p2p + 0.005) and sent1 == pytest.approx(p2p)
+    assert virtual.run(2, 2, NET, body)[0][0] == pytest.approx(0.1 + ring)  # a cluster's network: 0
+
+
 def test_a_rank_that_waits_for_nothing_that_comes_is_a_deadlock():
     def body(rank, cl):
         virtual.init_process_group(rank, cl)
@@ -552,8 +586,9 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     times = [truth.ring_allreduce(range(4), 1, n) for n in sizes]
     fitted = calibrate.fit_ring(sizes, times, 4)
     assert fitted.latency_s == pytest.approx(2e-4) and fitted.bandwidth_bps == pytest.approx(1.5e9)
-    cluster.save(cluster.Network("here", fitted, fitted, {"inter": "made by hand"}), tmp_path / "net.json")
+    cluster.save(cluster.Network("here", fitted, fitted, {"inter": "made by hand"}, 0.004), tmp_path / "net.json")
     assert cluster.network(str(tmp_path / "net.json")).inter == fitted
+    assert cluster.network(str(tmp_path / "net.json")).sync_s == 0.004
     (tmp_path / "bad.json").write_text('{"name": "x", "intra": {"latency_s": 1}}')
     for spec, message in (("bad.json", "expected name, intra, inter"), ("nowhere", "choose one of juwels_booster")):
         with pytest.raises(run_config.ConfigError, match=message):
