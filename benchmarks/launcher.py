@@ -348,7 +348,7 @@ def exit_process(code: int) -> None:
     interpreter's teardown): MPICH (4 and later) ends its connection to the process manager in
     such a handler. Without it, hydra's ``mpirun`` takes the first rank to end for a crashed one
     and SIGKILLs the ranks still running, which then end with signal 9: a finished Horovod job
-    failed so about once in 30 runs, and hydra killed the ranks at the end of every run.
+    failed so in 1 of 103 runs, and hydra killed the ranks at the end of every run.
     """
     sys.stdout.flush()
     sys.stderr.flush()

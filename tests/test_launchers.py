@@ -101,7 +101,7 @@ def test_a_rank_still_at_work_when_another_has_ended_is_not_killed_by_mpirun(tmp
     """MPICH ends a rank's process-manager connection in a C exit handler. A rank that skipped it
     looked crashed to hydra, which SIGKILLed every rank still running: here rank 0, before it wrote
     its file (hydra then reported 0 for it), and in the Horovod test a rank in its own exit, about
-    once in 30 runs (exit code 9 for a finished job). ``exit_process`` runs the C library's exit
+    once in 100 runs (exit code 9 for a finished job). ``exit_process`` runs the C library's exit
     handlers in a process that used MPI."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
     result = subprocess.run(
