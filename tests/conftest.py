@@ -2,8 +2,8 @@
 
 ``pytest -m "not slow"`` runs the quick subset (update rules on tiny tensors, configuration, the
 analysis on hand-made runs: about a minute); the full suite adds the multi-process tests (ranks,
-runs, launchers, workflows). A test is slow when it, or a function of its module that it calls,
-starts processes: ``run_on``, ``train_digits``, ``stop_after_first_epoch``, ``subprocess`` (and
+runs, launchers, workflows). A test is slow when it, a fixture of its module that it uses, or a
+function of its module that either calls, starts processes: ``run_on``, ``train_digits``, ``stop_after_first_epoch``, ``subprocess`` (and
 the ``run_benchmark`` fixture), a ``multiprocessing`` process or ``mp.spawn``. Marking by
 reading the test keeps a new multi-process test from slipping into the quick subset unmarked.
 """
@@ -58,7 +58,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = str(item.path)
         if path not in trees:
             trees[path] = ast.parse(inspect.getsource(item.module))
-        if "run_benchmark" in item.fixturenames or _starts_processes(trees[path], item.originalname):
+        # the test itself, or a fixture of its module that it uses (``suite``, ``seconds``)
+        names = [item.originalname, *item.fixturenames]
+        if "run_benchmark" in item.fixturenames or any(_starts_processes(trees[path], n) for n in names):
             item.add_marker(pytest.mark.slow)
 
 
