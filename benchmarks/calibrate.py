@@ -221,7 +221,8 @@ def figure(rows: list[dict[str, object]], path: Path) -> None:
     names = sorted({r["algorithm"] for r in done})
     for i, name in enumerate(names):
         points = [(r["measured_s"], r["predicted_s"]) for r in done if r["algorithm"] == name]
-        ax.scatter(*zip(*points), label=name, color=plt.cm.tab10(i % 10), s=28)
+        marker = "os^D"[i // 10 % 4]  # tab10 has 10 colours; the 11th algorithm on gets another shape
+        ax.scatter(*zip(*points), label=name, color=plt.cm.tab10(i % 10), marker=marker, s=28)
     top = max([max(r["measured_s"], r["predicted_s"]) for r in done], default=1.0) * 1.15
     line = np.linspace(0, top, 50)
     ax.plot(line, line, color="black", lw=1)
