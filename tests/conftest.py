@@ -3,8 +3,9 @@
 ``pytest -m "not slow"`` runs the quick subset (update rules on tiny tensors, configuration, the
 analysis on hand-made runs: about a minute); the full suite adds the multi-process tests (ranks,
 runs, launchers, workflows). A test is slow when it, a fixture of its module that it uses, or a
-function of its module that either calls, starts processes: ``run_on``, ``train_digits``, ``stop_after_first_epoch``, ``subprocess`` (and
-the ``run_benchmark`` fixture), a ``multiprocessing`` process or ``mp.spawn``. Marking by
+function of its module that either calls, starts processes: ``run_on``, ``train_digits``,
+``stop_after_first_epoch``, ``subprocess`` (and the ``run_benchmark`` fixture), a
+``multiprocessing`` process or ``mp.spawn``. Marking by
 reading the test keeps a new multi-process test from slipping into the quick subset unmarked.
 """
 
