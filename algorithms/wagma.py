@@ -202,8 +202,12 @@ class WAGMA(Algorithm):
         return group_sum.to(own.device), contributed  # the thread's sum is on the host
 
     def _butterfly(self, version: int, buffer: torch.Tensor) -> torch.Tensor:
-        """Recursive doubling inside the version's groups: after log2(S) phases, the group's sum."""
-        acc = buffer.clone()
+        """Recursive doubling inside the version's groups: after log2(S) phases, the group's sum.
+
+        ``buffer`` is only read (a send buffer is never written in place), so the first phase sends
+        it as it is, and each phase adds into the tensor it has just received: no copy of the model
+        beyond the messages themselves. With no phase (S = 1) the sum is ``buffer`` itself."""
+        acc = buffer
         group = self.group if self.mode == "wait_avoiding" else None
         for mask in wagma_phase_masks(self.topology.world_size, self.group_size, version, self.printed):
             peer, incoming = self.topology.rank ^ mask, torch.empty_like(acc)
@@ -217,7 +221,7 @@ class WAGMA(Algorithm):
             )
             for work in works:
                 work.wait()
-            acc = acc + incoming
+            acc = incoming.add_(acc)
         return acc
 
     def _next_group_iteration(self, t: int) -> int:

@@ -60,7 +60,7 @@ class Network:
         return self.intra if len({r // procs_per_node for r in ranks}) <= 1 else self.inter
 
     def p2p(self, src: int, dst: int, procs_per_node: int, nbytes: float) -> float:
-        return self.link((src, dst), procs_per_node).time(nbytes)
+        return (self.intra if src // procs_per_node == dst // procs_per_node else self.inter).time(nbytes)
 
     def ring_allreduce(self, ranks, procs_per_node: int, nbytes: float) -> float:
         """Reduce-scatter then all-gather around a ring: 2(p-1) steps of n/p bytes."""

@@ -9,16 +9,25 @@ start-up cost cancels. Each run evaluates once, at its end (``eval_every`` past 
 evaluations cancel too: an evaluation is not a step, and it is paid per rank and per evaluation,
 which a real cluster's ranks pay alike (each its shard of the validation set and its copy of the
 averaged model), but which a 64-rank epoch of 9 steps would spread over 9 steps where the real
-single process's 625-step epoch spreads it over 625. The real step is one process
-(1 x 1, allreduce: no communication), one thread; the simulated ranks get one thread too. The ratio
-is what a simulated experiment costs per worker-step beyond running its batches one by one.
+single process's 625-step epoch spreads it over 625.
+
+Two real steps stand beside a simulated one. The plain step is one process (1 x 1, allreduce: no
+communication), one thread; the simulated ranks get one thread too: that ratio is what a simulated
+experiment costs per worker-step beyond running its batches one by one, the algorithm's own work
+included (WAGMA's butterfly adds, D-PSGD's neighbours' models), which a real rank pays as well. The
+same algorithm run for real (``--real-layout``, 2 x 2 processes by default, each one thread) is what
+a worker-step of it costs this machine when it is not simulated: its arithmetic, and gloo's copies
+and waits where the simulator has its own.
 
 Machine time is CPU seconds (user + system, of this process and of the ranks it launched and
 waited for), which is what a simulation costs its machine: wall-clock seconds on a shared machine
 measure its other jobs too (one pair of short real runs moved from 4.9 to 8.2 ms a wall-clock step
 between three measurements beside a test run). On a quiet machine the two agree, since one rank
-thread of the simulation runs at a time; the wall-clock ratio is printed beside. Each is measured
-``--repeats`` times and the median taken, with the range beside it.
+thread of the simulation runs at a time; the wall-clock ratio is printed beside. The measurements
+come in ``--repeats`` rounds, each of which measures every run once, and a ratio divides two
+measurements of the same round: the median over the rounds is printed, with the range beside it
+(a machine shared with other virtual machines drifts by 20 % over minutes, more than the
+differences measured here).
 """
 
 from __future__ import annotations
@@ -116,39 +125,63 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--task", default="digits")
     p.add_argument("--algorithms", nargs="+", default=["allreduce", "dpsgd", "wagma"])
     p.add_argument("--layouts", nargs="+", default=["2x2", "4x4"], help="NxG: nodes x processes per node")
+    p.add_argument(
+        "--real-layout",
+        default="2x2",
+        help="also run each algorithm for real on this layout (NxG processes on this machine), to set a "
+        "simulated worker-step beside a real one of the same algorithm ('none': skip)",
+    )
     p.add_argument("--epochs", type=int, nargs=2, default=[1, 4], help="the two runs' epochs")
-    p.add_argument("--repeats", type=int, default=5, help="measurements of each, of which the median counts")
+    p.add_argument("--repeats", type=int, default=5, help="rounds of measurements, of which the median counts")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
     sets = ["threads=1", "stop_at_target=false", *args.sets]
+    layouts = [tuple(int(n) for n in layout.split("x")) for layout in args.layouts]
+    same = None if args.real_layout == "none" else tuple(int(n) for n in args.real_layout.split("x"))
     timed_run("allreduce", args.task, 1, 1, 1, sets)  # a first run pays the imports (torch._dynamo): not timed
 
-    def measured(algorithm: str, nodes: int, ppn: int, extra: list[str]) -> tuple[float, float, float, float]:
-        """The median CPU seconds per worker-step, their range, and the median wall-clock seconds."""
-        times = [step_seconds(algorithm, args.task, nodes, ppn, args.epochs, extra + sets) for _ in range(args.repeats)]
-        cpu = [c for c, _ in times]
-        return statistics.median(cpu), min(cpu), max(cpu), statistics.median(w for _, w in times)
+    # Rounds: each measures the plain real step, then every algorithm's real and simulated steps, so
+    # that a ratio divides measurements minutes apart, never a whole benchmark apart (a shared
+    # machine's speed drifts by more than the differences measured here).
+    plain: list[float] = []
+    real: dict[str, list[float]] = {a: [] for a in args.algorithms}
+    sim: dict[tuple[str, tuple[int, int]], list[tuple[float, float]]] = {
+        (a, nxg): [] for a in args.algorithms for nxg in layouts
+    }
+    epochs = tuple(args.epochs)
+    for round_ in range(args.repeats):
+        plain.append(step_seconds("allreduce", args.task, 1, 1, epochs, sets)[0])
+        for algorithm in args.algorithms:
+            if same is not None:
+                real[algorithm].append(step_seconds(algorithm, args.task, *same, epochs, sets)[0])
+            for nxg in layouts:
+                sim[algorithm, nxg].append(step_seconds(algorithm, args.task, *nxg, epochs, ["clock=simulated", *sets]))
+        print(f"round {round_ + 1} of {args.repeats}: one real process's step {plain[-1] * 1e3:.2f} CPU-ms", flush=True)
 
-    real, low, high, real_wall = measured("allreduce", 1, 1, [])
+    def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+        return f"{statistics.median(values) * scale:.{digits}f} ({min(values) * scale:.{digits}f}-{max(values) * scale:.{digits}f})"
+
+    print(f"\n{args.task}: one real process's step (1 x 1, no communication) {spread(plain, 1e3)} CPU-ms")
+    if same is not None:
+        layout = f"{same[0]}x{same[1]}"
+        for algorithm in args.algorithms:
+            print(
+                f"  a real worker-step of {algorithm} at {layout} (processes on this machine): {spread(real[algorithm], 1e3)} CPU-ms"
+            )
+    print("a simulated worker-step: median (range) over the rounds; each ratio divides measurements of the same round")
     print(
-        f"{args.task}: one real process's step {real * 1e3:.2f} CPU-ms (median of {args.repeats}; "
-        f"{low * 1e3:.2f}-{high * 1e3:.2f}), {real_wall * 1e3:.2f} ms wall-clock"
+        f"{'algorithm':<12} {'layout':>7} {'CPU-ms':>20} {'/ one real step':>20} {f'/ real {args.real_layout}':>20} {'wall':>6}"
     )
-    print(
-        f"{'algorithm':<12} {'layout':>7} {'CPU-ms a worker-step (median, range)':>38} {'ratio':>6} {'extra ms':>9} {'wall':>6}"
-    )
-    for algorithm in args.algorithms:
-        for layout in args.layouts:
-            nodes, ppn = (int(n) for n in layout.split("x"))
-            per, low, high, wall = measured(algorithm, nodes, ppn, ["clock=simulated"])
-            spread = f"{per * 1e3:.2f} ({low * 1e3:.2f}-{high * 1e3:.2f})"
-            extra = (per - real) * 1e3  # what the simulation adds to a worker-step: messages, switches, cold caches
-            print(f"{algorithm:<12} {layout:>7} {spread:>38} {per / real:>6.2f} {extra:>9.2f} {wall / real_wall:>6.2f}")
-    nodes, ppn = max(
-        (tuple(int(n) for n in layout.split("x")) for layout in args.layouts), key=lambda nxg: nxg[0] * nxg[1]
-    )
-    largest = f"{nodes}x{ppn}"
-    print(f"the virtual cluster's own costs at {largest}, CPU-us a rank:")
+    for (algorithm, (nodes, ppn)), times in sim.items():
+        cpu = [c for c, _ in times]
+        ratio = [c / r for c, r in zip(cpu, plain)]
+        to_same = spread([c / r for c, r in zip(cpu, real[algorithm])]) if same is not None else "-"
+        wall = statistics.median(w for _, w in times) / statistics.median(plain)
+        print(
+            f"{algorithm:<12} {f'{nodes}x{ppn}':>7} {spread(cpu, 1e3):>20} {spread(ratio):>20} {to_same:>20} {wall:>6.2f}"
+        )
+    nodes, ppn = max(layouts, key=lambda nxg: nxg[0] * nxg[1])
+    print(f"the virtual cluster's own costs at {nodes}x{ppn}, CPU-us a rank:")
     for name, us in own_costs(args.task, nodes, ppn).items():
         print(f"  {name:<36} {us:8.1f}")
 
