@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import gc
 import heapq
 import math
 import threading
@@ -809,9 +810,15 @@ def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[
     torch._C._distributed_c10d._set_thread_isolation_mode(True)  # C++'s registry of groups by name, per thread
     _active = cluster
     real_threads = comm.use_threads(_Threads(cluster.scheduler))
+    # The objects alive now (torch's modules and the caller's) stay out of the garbage collector's
+    # full passes while the ranks run: they are most of the heap, and each full pass walked them all
+    # (0.67 of 15.3 CPU-s of WAGMA at 16 x 4 for three epochs; 0.23 frozen). Unfrozen at the end,
+    # so that whatever of them has become garbage meanwhile is collected as usual.
+    gc.freeze()
     try:
         return cluster.scheduler.run(lambda rank: body(rank, cluster))
     finally:
+        gc.unfreeze()
         comm.use_threads(real_threads)
         comm.set_message_scale(1.0)
         _active = None
