@@ -607,3 +607,19 @@ def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
     (item,) = calibrate.updater_speedup("lpp_sgd")  # the embedded default's updaters=2
     assert item == "sim_updater_speedup=0.666667"
     assert calibrate.updater_speedup("ddp") == []
+
+
+@pytest.mark.slow  # it starts real runs (the plain step and the real layout), which the conftest cannot see
+def test_the_cost_benchmark_sets_each_simulated_step_beside_a_plain_and_a_real_one(capsys):
+    from benchmarks import virtual_cost
+
+    virtual_cost.main(
+        ["--task", "digits", "--algorithms", "allreduce", "--layouts", "2x1", "--real-layout", "1x2"]
+        + ["--epochs", "1", "2", "--repeats", "1"]
+    )
+    out = capsys.readouterr().out
+    assert "a real worker-step of allreduce at 1x2" in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("allreduce") and "2x1" in line)
+    cpu, to_plain, to_real = float(row[2]), float(row[4]), float(row[6])  # each median is followed by its range
+    assert cpu > 0 and to_plain > 0 and to_real > 0
+    assert "hand-off" in out
