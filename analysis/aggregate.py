@@ -124,8 +124,8 @@ def straggler_label(settings: dict) -> str:
 
 def time_model_label(settings: dict, clock: str) -> str:
     """What a run's times mean, as one label: ``measured`` on the wall clock; on the virtual clock, the
-    network, the compute time of a batch and its noise, the message size, LAP/LPP's updater
-    speedup and the share of a training sample's compute that evaluating one costs, where set (``piz_daint, 620 ms a batch (CV 0.01), 102.2 MB``). Simulated runs under different time models are different experiments: never pooled."""
+    network, the compute time of a batch and its noise, the message size and LAP/LPP's updater
+    speedup where set (``piz_daint, 620 ms a batch (CV 0.01), 102.2 MB``). Simulated runs under different time models are different experiments: never pooled."""
     if clock != "simulated":
         return WALL_CLOCK
     label = f"{settings.get('sim_network', '?')}, {float(settings.get('sim_step_ms') or 0):g} ms a batch"
@@ -134,9 +134,7 @@ def time_model_label(settings: dict, clock: str) -> str:
     model_mb = float(settings.get("sim_model_mb") or 0)
     label += f", {model_mb:g} MB" if model_mb else ""
     speedup = float(settings.get("sim_updater_speedup") or 1)
-    label += f", updaters ×{speedup:g}" if speedup != 1 else ""
-    share = float(settings.get("sim_eval_share") or 1 / 3)
-    return label + (f", evaluation {share:.3g} of training" if abs(share - 1 / 3) > 1e-9 else "")
+    return label + (f", updaters ×{speedup:g}" if speedup != 1 else "")
 
 
 def load_runs(results: Path) -> pd.DataFrame:

@@ -149,47 +149,28 @@ def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[flo
     return net, times
 
 
-def _four_runs(sets: list[str]) -> list[dict]:
-    """The summaries of 4 single-process runs of the runner at once (allreduce on 1 x 1: no
-    communication), as the real run's 4 ranks share this machine's cores; seeds 0-3."""
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, "-m", "benchmarks.run", "--algorithm", "allreduce", "--task", "digits"]
-        argv += ["--nodes", "1", "--procs-per-node", "1", "--set", "wandb=false", "--set", "checkpoint_every=0"]
-        argv += ["--set", "threads=1", "--set", "stop_at_target=false"]
-        for item in sets:
-            argv += ["--set", item]
-        outs = [Path(tmp) / str(i) for i in range(RANKS)]
-        procs = [
-            subprocess.Popen([*argv, "--seed", str(i), "--out", str(out)], cwd=ROOT, stderr=subprocess.DEVNULL)
-            for i, out in enumerate(outs)
-        ]
-        if any(p.wait() for p in procs):
-            raise RuntimeError(f"a calibration run failed: python -m benchmarks.run {' '.join(argv[3:])}")
-        return [json.loads((out / "summary.json").read_text()) for out in outs]
-
-
 def measure_batch(epochs: tuple[int, int] = (2, 8)) -> float:
     """Seconds of one training step of the runner on this machine while 4 ranks share its cores:
-    the difference between runs ``epochs`` apart over the steps it adds (start-up and the one
-    evaluation, at the end, cancel)."""
-    short, long = (_four_runs([f"epochs={e}", f"eval_every={e}"]) for e in epochs)
-    steps = (long[0]["steps"] - short[0]["steps"]) / (epochs[1] - epochs[0])
-    return statistics.median(
-        (b["wall_s"] - a["wall_s"]) / ((epochs[1] - epochs[0]) * steps) for a, b in zip(short, long)
-    )
-
-
-def measure_eval_share(step_s: float, epochs: int = 4, evals: tuple[int, int] = (1, 10)) -> float:
-    """What evaluating a sample costs on this machine, as a share of training on it (``sim_eval_share``):
-    runs ``evals`` evaluations an epoch apart, the difference over the evaluations it adds, per
-    validation sample, against a training step per training sample (``step_s``, ``batch_size``). An
-    evaluation runs its larger batches without autograd: a sample costs less than the third of a
-    training step that its forward pass would (0.33, ``virtual.FORWARD_SHARE``)."""
-    few, many = ([x["wall_s"] for x in _four_runs([f"epochs={epochs}", f"evals_per_epoch={n}"])] for n in evals)
-    task = tasks.get("digits")
-    _, val_set = task.make_datasets(None)
-    per_eval = statistics.median((b - a) / (epochs * (evals[1] - evals[0])) for a, b in zip(few, many))
-    return per_eval / len(val_set) / (step_s / task.hparams["batch_size"])
+    4 single-process runs at once (allreduce on 1 x 1: no communication), the difference between
+    runs ``epochs`` apart over the steps it adds (start-up and the one evaluation cancel)."""
+    walls: dict[int, list[float]] = {}
+    steps = 0
+    for e in epochs:
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [sys.executable, "-m", "benchmarks.run", "--algorithm", "allreduce", "--task", "digits"]
+            argv += ["--nodes", "1", "--procs-per-node", "1", "--set", "wandb=false", "--set", f"epochs={e}"]
+            argv += ["--set", f"eval_every={e}", "--set", "checkpoint_every=0", "--set", "threads=1"]
+            outs = [Path(tmp) / str(i) for i in range(RANKS)]
+            procs = [
+                subprocess.Popen([*argv, "--seed", str(i), "--out", str(out)], cwd=ROOT, stderr=subprocess.DEVNULL)
+                for i, out in enumerate(outs)
+            ]
+            if any(p.wait() for p in procs):
+                raise RuntimeError(f"a calibration run failed: python -m benchmarks.run {' '.join(argv[3:])}")
+            summaries = [json.loads((out / "summary.json").read_text()) for out in outs]
+            walls[e], steps = [x["wall_s"] for x in summaries], summaries[0]["steps"] // e
+    short, long = epochs
+    return statistics.median((b - a) / ((long - short) * steps) for a, b in zip(walls[short], walls[long]))
 
 
 def embedded_sets(algorithm: str) -> list[str]:
@@ -264,20 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     net, times = measure_network()
     cluster.save(net, args.out / "network.json")
     step_s = measure_batch()
-    eval_share = measure_eval_share(step_s)
     link = net.inter
     print(
         f"link: {link.latency_s * 1e6:.1f} us + n / {link.bandwidth_bps / 1e9:.2f} GB/s, "
-        f"{net.sync_s * 1e3:.2f} ms after compute; batch {step_s * 1e3:.2f} ms; "
-        f"an evaluated sample {eval_share:.3f} of a trained one"
+        f"{net.sync_s * 1e3:.2f} ms after compute; batch {step_s * 1e3:.2f} ms"
     )
     allreduce = {k: dict(zip(SIZES, v)) for k, v in times.items()}
     (args.out / "calibration.json").write_text(
         json.dumps({"network": str(args.out / "network.json"), "allreduce_s": allreduce,
-                    "sim_step_ms": step_s * 1e3, "sim_eval_share": eval_share, "ranks": RANKS}, indent=2) + "\n"
+                    "sim_step_ms": step_s * 1e3, "ranks": RANKS}, indent=2) + "\n"
     )  # fmt: skip
     simulated = ["clock=simulated", f"sim_network={args.out / 'network.json'}", f"sim_step_ms={step_s * 1e3:.4f}"]
-    simulated.append(f"sim_eval_share={eval_share:.4f}")
     rows = []
     for algorithm in args.algorithms:
         for seed in args.seeds:

@@ -44,7 +44,6 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
     "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
-    "sim_eval_share": (float, 1.0 / 3.0),  # simulated: evaluating a sample costs this share of training on it
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
 }
 
@@ -307,10 +306,6 @@ def _check_values(config: RunConfig) -> None:
             )
         if s["sim_model_mb"] < 0:
             raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s['sim_model_mb']}")
-        if not 0 < s["sim_eval_share"] <= 10:
-            raise ConfigError(
-                f"--set sim_eval_share: must be in (0, 10] (1/3: a forward pass of a training step), got {s['sim_eval_share']}"
-            )
         if s["sim_updater_speedup"] <= 0:
             raise ConfigError(
                 f"--set sim_updater_speedup: must be positive (1: no gain), got {s['sim_updater_speedup']}"

@@ -861,7 +861,6 @@ class VirtualClock:
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
         self.model_mb = s["sim_model_mb"]
         self.updater_speedup = s["sim_updater_speedup"]
-        self.eval_share = s["sim_eval_share"]
         self._batch_s: float | None = None  # this batch's compute time, once drawn
         self._charged_s = 0.0  # the part of it charged so far
 
@@ -1002,11 +1001,10 @@ class VirtualClock:
         self.scheduler.advance(seconds)
 
     def evaluate(self, batches: float) -> None:
-        """Charge an evaluation of ``batches`` training batches' worth of samples (the clock counts
-        evaluation, as MLPerf's and as the wall clock does): ``sim_eval_share`` of a batch's mean
-        compute each. By default a forward pass, ``FORWARD_SHARE``; an evaluation's larger batches
-        without autograd cost less a sample than that, which the calibration measures (0.15 here)."""
-        self._compute(self.eval_share * self.step_s * batches)
+        """Charge an evaluation of ``batches`` training batches' worth of samples: their forward
+        passes, ``FORWARD_SHARE`` of a batch's mean compute each (the clock counts evaluation, as
+        MLPerf's and as the wall clock does)."""
+        self._compute(FORWARD_SHARE * self.step_s * batches)
 
     def _compute(self, seconds: float) -> None:
         """The calling thread computes for ``seconds``; its next communication pays ``sync_s``."""
@@ -1045,7 +1043,6 @@ class VirtualClock:
             "sim_step_cv": self.step_cv,
             "sim_model_mb": self.model_mb,
             "sim_updater_speedup": self.updater_speedup,
-            "sim_eval_share": self.eval_share,
             "message_scale": self.cluster.byte_scale,
         }
 

@@ -400,8 +400,7 @@ def test_straggler_label_names_every_setting_that_changes_the_delay() -> None:
 
 
 def test_time_model_label_names_every_setting_of_the_virtual_clock() -> None:
-    """Runs under different time models are never pooled: noise, the updaters' speedup and the
-    evaluation's share count too."""
+    """Runs under different time models are never pooled: noise and the updaters' speedup count too."""
     assert aggregate.time_model_label({}, "wall") == aggregate.WALL_CLOCK
     plain = {"sim_network": "piz_daint", "sim_step_ms": 620.0, "sim_model_mb": 102.2}
     assert aggregate.time_model_label(plain, "simulated") == "piz_daint, 620 ms a batch, 102.2 MB"
@@ -410,11 +409,6 @@ def test_time_model_label_names_every_setting_of_the_virtual_clock() -> None:
         aggregate.time_model_label(noisy, "simulated")
         == "piz_daint, 620 ms a batch (CV 0.01), 102.2 MB, updaters ×1.35"
     )
-    assert aggregate.time_model_label({**plain, "sim_eval_share": 1 / 3}, "simulated") == aggregate.time_model_label(
-        plain, "simulated"
-    )
-    calibrated = aggregate.time_model_label({**plain, "sim_eval_share": 0.2769}, "simulated")
-    assert calibrated == "piz_daint, 620 ms a batch, 102.2 MB, evaluation 0.277 of training"
 
 
 def _row(algorithm: str, nodes: int, tta: float, throughput: float, **extra: object) -> dict:

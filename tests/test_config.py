@@ -170,7 +170,6 @@ def test_the_optimizer_is_the_tasks_and_adam_is_refused_where_a_rule_is_sgd():
         (["schedule=plateau", "plateau_threshold=1.5"], "must be below 1"),
         (["schedule=inverse_sqrt", "warmup_epochs=0"], "at least 1 epoch"),
         (["optimizer=adam", "eps=-1"], "--set eps: must not be negative"),
-        (["clock=simulated", "sim_eval_share=0"], "--set sim_eval_share: must be in (0, 10]"),
     ],
 )
 def test_schedule_and_optimizer_settings_that_cannot_work_name_the_fix(items, message):

@@ -380,25 +380,10 @@ def test_an_updaters_update_costs_its_share_of_the_gpu_by_hand():
     assert full == pytest.approx(0.2) and partial == pytest.approx(0.12)
 
 
-def test_an_evaluation_costs_its_share_of_a_training_batch_a_sample_by_hand():
-    """An evaluation of 90 samples at 16 a training batch (5.625 batches) costs the forward third of
-    a 100 ms batch each by default, 187.5 ms; with ``sim_eval_share=0.2`` (what the calibration
-    measures), 112.5 ms."""
-
-    def body(rank, cl, share):
-        clock = virtual.VirtualClock(cl, rank, _clock_config(1, sim_eval_share=share))
-        clock.evaluate(90 / 16)
-        return clock()
-
-    assert virtual.run(1, 1, NET, lambda r, cl: body(r, cl, 1 / 3)) == [pytest.approx(0.1875)]
-    assert virtual.run(1, 1, NET, lambda r, cl: body(r, cl, 0.2)) == [pytest.approx(0.1125)]
-
-
 def _clock_config(world_size: int, **settings) -> SimpleNamespace:
     """What ``VirtualClock`` reads of a run's configuration: 100 ms batches, no straggler, no noise."""
     defaults = {"sim_step_ms": 100.0, "sim_step_cv": 0.0, "straggler": "none", "sim_model_mb": 0.0}
-    defaults |= {"sim_updater_speedup": 1.0, "sim_eval_share": 1.0 / 3.0}
-    return SimpleNamespace(settings={**defaults, **settings}, world_size=world_size, seed=0)
+    return SimpleNamespace(settings={**defaults, "sim_updater_speedup": 1.0, **settings}, world_size=world_size, seed=0)
 
 
 def test_machine_noise_varies_each_batch_by_its_cv_from_each_ranks_own_stream():
