@@ -6,13 +6,13 @@ The virtual cluster is only as good as its time model. Here it is given this mac
 asked to predict what the real runs of the embedded default (digits, 2 nodes x 2 processes, its
 ``config/config.yaml`` settings) measure:
 
-1. the network: gloo all-reduces among 4 processes of this machine, 256 B to 4 MB, as the runs
-   issue them: a batch, then 1, 3 or 6 all-reduces in a row (a training step has one, an evaluation
-   six), less the batch alone, all ranks at once. Per size, the slope in the burst's length is what
-   one all-reduce costs there, fitted over the sizes to the ring model's
-   ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares the loopback); the intercept
-   is the wait for the ranks whose batch the OS ran last, which the first communication after a
-   compute phase pays (``sync_s``). Written as ``network.json``, which ``--set sim_network=`` reads;
+1. the network: a gloo all-reduce among 4 processes of this machine, 256 B to 4 MB, back to back,
+   fitted to the ring model's ``2(p-1)(alpha + n / (p beta))`` (one link: every rank here shares
+   the loopback), and what the same all-reduce adds to a training iteration beyond that (a batch
+   then the all-reduce, less the batch alone, all ranks at once): the wait for the ranks whose
+   batch the OS ran last, which the first communication after a compute phase pays (``sync_s``;
+   the evaluation's six collectives in a row pay it once). Written as ``network.json``, which
+   ``--set sim_network=`` reads;
 2. a batch's compute: the runner's training step with no communication, 4 single-process runs at
    once, as the real run's 4 ranks share the cores (``sim_step_ms``);
 3. each algorithm's real run and its simulated twin (same seed, same settings, the two numbers above):
@@ -55,7 +55,6 @@ from benchmarks import cluster, config, run, tasks
 ROOT = Path(__file__).resolve().parent.parent
 RANKS, NODES, PPN = 4, 2, 2
 SIZES = [2**k for k in range(6, 21, 2)]  # float32 elements: 256 B to 4 MB
-BURSTS = (1, 3, 6)  # all-reduces in a row after a batch: a training step has one, an evaluation six
 PREDICTED = [
     *("ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "wagma", "adpsgd"),
     *("lap_sgd", "lpp_sgd"),
@@ -68,27 +67,25 @@ def _init(rank: int, store: str) -> None:
 
 
 def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
-    """What k all-reduces in a row add to a training iteration (a batch, then the k all-reduces,
-    less the batch alone), per size, on all 4 ranks at once: k = 1 as in a training step, up to 6
-    as in an evaluation. Its slope in k is what one all-reduce costs where the runs issue them,
-    in short bursts after compute; the intercept is the wait for the ranks whose batch the OS ran
-    last on the shared cores (``sync_s``), which only the first pays. All-reduces back to back, 60
-    in a row, are timed too, for the record: there all 4 ranks stay busy on 2 cores and each ring
-    step waits for its peer's turn, 4.6-5.2 ms for a small one where a run's take 1.9-3.4 ms."""
+    """Two times per size, on all 4 ranks at once: an all-reduce back to back with the next (the
+    link's own cost), and what it adds to a training iteration (a batch then the all-reduce, less
+    the batch alone). They differ by the wait for the ranks whose batch the OS ran last on the
+    shared cores: several ms for any size, where the link's own cost is a fraction of one. Timing
+    the all-reduce call after a batch alone would count that wait beside the batch time
+    (``measure_batch``: 4 runs at once), which holds it already."""
     _init(rank, store)
     task = tasks.get("digits")
     model = task.make_model()
     train_set, _ = task.make_datasets(None)
     x_batch = torch.stack([train_set[i][0] for i in range(task.hparams["batch_size"])])
 
-    def iteration_s(x: torch.Tensor | None, k: int) -> float:
-        """Seconds per iteration (a batch, then ``k`` all-reduces of ``x``) over ``reps``, the mean
-        over the ranks."""
+    def iteration_s(x: torch.Tensor | None) -> float:
+        """Seconds per iteration over ``reps``, the mean over the ranks."""
         dist.barrier()
         start = time.perf_counter()
         for _ in range(reps):
             model(x_batch).sum().backward()
-            for _ in range(k if x is not None else 0):
+            if x is not None:
                 dist.all_reduce(x)
         seconds = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64)
         dist.all_reduce(seconds)
@@ -104,18 +101,16 @@ def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
         dist.all_reduce(seconds)
         return seconds.item() / RANKS
 
-    batch_s = statistics.median(iteration_s(None, 0) for _ in range(3))
-    times: dict[str, list[float]] = {"back_to_back_s": [], **{f"after_a_batch_{k}_s": [] for k in BURSTS}}
+    batch_s = statistics.median(iteration_s(None) for _ in range(3))
+    alone, added = [], []
     for n in SIZES:
         x = torch.ones(n)
         for _ in range(3):
             dist.all_reduce(x)
-        times["back_to_back_s"].append(statistics.median(back_to_back_s(x) for _ in range(3)))
-        for k in BURSTS:
-            added = statistics.median(iteration_s(x, k) for _ in range(3)) - batch_s
-            times[f"after_a_batch_{k}_s"].append(max(added, 0.0))
+        alone.append(statistics.median(back_to_back_s(x) for _ in range(3)))
+        added.append(max(statistics.median(iteration_s(x) for _ in range(3)) - batch_s, 0.0))
     if rank == 0:
-        Path(result).write_text(json.dumps(times))
+        Path(result).write_text(json.dumps({"back_to_back_s": alone, "added_to_iteration_s": added}))
     dist.destroy_process_group()
 
 
@@ -134,29 +129,19 @@ def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> cluster.L
     return cluster.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
 
 
-def burst_fit(bursts: list[int], added: list[float]) -> tuple[float, float]:
-    """(slope, intercept) of what ``bursts`` all-reduces in a row add to an iteration, least squares:
-    the cost of one all-reduce in a burst, and the first one's wait for the other ranks."""
-    slope, intercept = np.polyfit(np.asarray(bursts, dtype=float), np.asarray(added, dtype=float), 1)
-    return float(max(slope, 0.0)), float(intercept)
-
-
 def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[float]]]:
     """This machine's link, fitted to the ring all-reduce (``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``)
-    on what one all-reduce costs in a burst after a batch (the slope over ``BURSTS``, per size), and
-    its ``sync_s``: the median over the sizes of the bursts' intercept."""
+    on back-to-back all-reduces, and its ``sync_s``: the median over the sizes of what an all-reduce
+    adds to a training iteration beyond its back-to-back time."""
     times = _spawn(_allreduce_times, reps)
-    fits = [burst_fit(list(BURSTS), [times[f"after_a_batch_{k}_s"][i] for k in BURSTS]) for i in range(len(SIZES))]
-    link = fit_ring([4 * n for n in SIZES], [slope for slope, _ in fits], RANKS)
-    sync_s = max(statistics.median(intercept for _, intercept in fits), 0.0)
+    alone, added = times["back_to_back_s"], times["added_to_iteration_s"]
+    link = fit_ring([4 * n for n in SIZES], alone, RANKS)
+    sync_s = max(statistics.median(a - b for a, b in zip(added, alone)), 0.0)
     where = f"{RANKS} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, median of 3 means of {reps}"
-    source = (
-        f"gloo all-reduces in bursts of {', '.join(map(str, BURSTS))} after a batch among {where}: the slope in "
-        "the burst's length per size, least squares on the ring model (benchmarks/calibrate.py)"
-    )
+    source = f"gloo all-reduces back to back among {where}, least squares on the ring model (benchmarks/calibrate.py)"
     sync = (
-        f"the intercept of the same bursts (what they add to a training iteration: a batch then the all-reduces, "
-        f"less the batch alone), median over the sizes: the ranks share {os.cpu_count()} cores"
+        f"what the same all-reduces add to a training iteration (a batch then the all-reduce, less the batch "
+        f"alone) beyond their back-to-back time, median over the sizes: the ranks share {os.cpu_count()} cores"
     )
     net = cluster.Network(
         "this_machine", intra=link, inter=link, sources={"intra": source, "inter": source, "sync": sync}, sync_s=sync_s

@@ -597,15 +597,6 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", [f"sim_network={tmp_path / 'net.json'}"])
 
 
-def test_a_burst_of_all_reduces_after_a_batch_gives_one_all_reduces_cost_and_the_first_ones_wait():
-    """1, 3 and 6 all-reduces after a batch add 4, 6 and 9 ms to the iteration: one costs 1 ms in a
-    burst (the slope) and the first waits 3 ms more for the other ranks (the intercept, ``sync_s``)."""
-    from benchmarks import calibrate
-
-    slope, intercept = calibrate.burst_fit([1, 3, 6], [0.004, 0.006, 0.009])
-    assert slope == pytest.approx(0.001) and intercept == pytest.approx(0.003)
-
-
 def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
     """On this machine each rank runs U updater processes and an averager that polls without pause:
     U + 1 busy processes where the measured batch had one, so U updates take U + 1 batches, which
