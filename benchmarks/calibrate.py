@@ -143,8 +143,14 @@ def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[flo
         f"what the same all-reduces add to a training iteration (a batch then the all-reduce, less the batch "
         f"alone) beyond their back-to-back time, median over the sizes: the ranks share {os.cpu_count()} cores"
     )
+    segments = "gloo's ring: an all-reduce of fewer elements than 2p segments sends its non-empty ones only"
     net = cluster.Network(
-        "this_machine", intra=link, inter=link, sources={"intra": source, "inter": source, "sync": sync}, sync_s=sync_s
+        "this_machine",
+        intra=link,
+        inter=link,
+        sources={"intra": source, "inter": source, "sync": sync, "segments": segments},
+        sync_s=sync_s,
+        skips_empty_segments=True,
     )
     return net, times
 

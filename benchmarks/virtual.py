@@ -629,7 +629,12 @@ class VirtualGroup(dist.ProcessGroup):
                     raise ValueError(f"the virtual cluster's all-reduce takes SUM, AVG, MAX or MIN, got {op}")
             return out
 
-        c, key = self._collective(tensors, lambda n: net.ring_allreduce(self.ranks, ppn, n), combine, "all_reduce")
+        elements = sum(t.numel() for t in tensors)
+
+        def cost(nbytes: float) -> float:
+            return net.ring_allreduce(self.ranks, ppn, nbytes, elements)
+
+        c, key = self._collective(tensors, cost, combine, "all_reduce")
 
         def finish() -> None:
             for t, r in zip(tensors, c.result):
@@ -1038,6 +1043,7 @@ class VirtualClock:
                 "inter": dataclasses.asdict(net.inter),
                 "sources": net.sources,
                 "sync_s": net.sync_s,
+                "skips_empty_segments": net.skips_empty_segments,
             },
             "sim_step_ms": self.step_s * 1000.0,
             "sim_step_cv": self.step_cv,

@@ -4,6 +4,7 @@ and the runner's loop on it giving the real job's trajectory."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -40,6 +41,18 @@ def test_link_costs_by_hand():
     # n / (2 x 2) bytes per GPU.
     assert NET.hierarchical_allreduce(2, 2, n) == pytest.approx(2 * (1e-6 + 2000 / 1e9) + 2 * (1e-5 + 1000 / 1e8))
     assert NET.ring_allreduce([3], 2, n) == 0.0
+
+
+def test_a_ring_that_skips_empty_segments_pays_the_latencies_of_its_elements_only():
+    """gloo's ring cuts a buffer into 2p = 8 segments for 4 ranks: an all-reduce of 3 numbers waits 3
+    of the 8 segments' latencies (6 steps x 1e-5 x 3/8), 8 numbers or more all of them; the NCCL
+    presets charge every ring in full whatever its elements."""
+    gloo = dataclasses.replace(NET, skips_empty_segments=True)
+    ranks, n = [0, 1, 2, 3], 12.0
+    bandwidth = 2 * 3 / 4 * n / 1e8
+    assert gloo.ring_allreduce(ranks, 2, n, elements=3) == pytest.approx(6 * 1e-5 * 3 / 8 + bandwidth)
+    assert gloo.ring_allreduce(ranks, 2, 32.0, elements=8) == NET.ring_allreduce(ranks, 2, 32.0)
+    assert NET.ring_allreduce(ranks, 2, n, elements=3) == pytest.approx(6 * 1e-5 + bandwidth)
 
 
 def test_presets_name_their_sources():
@@ -586,9 +599,9 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     times = [truth.ring_allreduce(range(4), 1, n) for n in sizes]
     fitted = calibrate.fit_ring(sizes, times, 4)
     assert fitted.latency_s == pytest.approx(2e-4) and fitted.bandwidth_bps == pytest.approx(1.5e9)
-    cluster.save(cluster.Network("here", fitted, fitted, {"inter": "made by hand"}, 0.004), tmp_path / "net.json")
-    assert cluster.network(str(tmp_path / "net.json")).inter == fitted
-    assert cluster.network(str(tmp_path / "net.json")).sync_s == 0.004
+    here = cluster.Network("here", fitted, fitted, {"inter": "made by hand"}, 0.004, skips_empty_segments=True)
+    cluster.save(here, tmp_path / "net.json")
+    assert cluster.network(str(tmp_path / "net.json")) == here
     (tmp_path / "bad.json").write_text('{"name": "x", "intra": {"latency_s": 1}}')
     for spec, message in (("bad.json", "expected name, intra, inter"), ("nowhere", "choose one of juwels_booster")):
         with pytest.raises(run_config.ConfigError, match=message):
