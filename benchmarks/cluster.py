@@ -56,8 +56,9 @@ class Network:
     sync_s: float = 0.0
     # gloo's ring cuts a buffer into at least 2p segments of whole elements and sends none for an
     # empty one (gloo/allreduce.cc, ``ring``): an all-reduce of c < 2p elements waits c/2p of the
-    # ring's latencies (4 ranks here: 3 numbers in 2.2 ms, 64 floats in 4.1, medians). False in the
-    # presets, whose NCCL rings do not; the calibration of a gloo machine sets it.
+    # ring's latencies. 4 ranks here, means of 200 back to back: 1, 2, 3, 4, 6, 8 floats in 1.0,
+    # 1.4, 2.7, 3.4, 4.6, 5.5 ms, 16 and 64 in 5.3 and 5.8, where c/8 of 5.5 ms gives 0.7, 1.4, 2.1,
+    # 2.8, 4.1, 5.5. False in the presets, whose NCCL rings do not; a gloo machine's calibration sets it.
     skips_empty_segments: bool = False
 
     def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
