@@ -66,7 +66,7 @@ class Network:
         return self.intra if len({r // procs_per_node for r in ranks}) <= 1 else self.inter
 
     def p2p(self, src: int, dst: int, procs_per_node: int, nbytes: float) -> float:
-        return (self.intra if src // procs_per_node == dst // procs_per_node else self.inter).time(nbytes)
+        return self.link((src, dst), procs_per_node).time(nbytes)
 
     def ring_allreduce(self, ranks, procs_per_node: int, nbytes: float, elements: int | None = None) -> float:
         """Reduce-scatter then all-gather around a ring: 2(p-1) steps of n/p bytes; with

@@ -55,6 +55,25 @@ def test_a_ring_that_skips_empty_segments_pays_the_latencies_of_its_elements_onl
     assert NET.ring_allreduce(ranks, 2, n, elements=3) == pytest.approx(6 * 1e-5 + bandwidth)
 
 
+def test_the_virtual_all_reduce_charges_a_skipping_ring_by_its_tensors_elements():
+    """4 ranks on 2 nodes all-reduce 3 floats, then 64: on a network that skips empty segments the
+    first waits 3/8 of the ring's 6 latencies (the bandwidth term is the same either way), the
+    second all of them, as the by-hand rule above gives."""
+    gloo = dataclasses.replace(NET, skips_empty_segments=True)
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        dist.all_reduce(torch.ones(3))
+        tiny = cl.scheduler.now()
+        dist.all_reduce(torch.ones(64))
+        return tiny, cl.scheduler.now() - tiny
+
+    tiny, full = virtual.run(4, 2, gloo, body)[0]
+    assert tiny == pytest.approx(gloo.ring_allreduce(range(4), 2, 12, elements=3))
+    assert tiny == pytest.approx(6 * 1e-5 * 3 / 8 + 2 * 3 / 4 * 12 / 1e8)
+    assert full == pytest.approx(NET.ring_allreduce(range(4), 2, 256))
+
+
 def test_presets_name_their_sources():
     for net in cluster.PRESETS.values():
         assert net.sources and net.intra.bandwidth_bps >= net.inter.bandwidth_bps
