@@ -89,8 +89,10 @@ def step_seconds(
 def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, float]:
     """CPU microseconds a rank of the virtual cluster spends on its bookkeeping, apart from tensors:
     a hand-off to the next rank (``advance``), an all-reduce of 10 floats; and an all-reduce of the
-    task's model (``flat_average_``), beside the same flatten, divide and copy back on one model in
-    one process, whose difference is the memory traffic of P models through one machine."""
+    task's model (``flat_average_``), beside the same flatten, divide, sum and copy back on one model
+    in one process, and on P models in one process with no simulator: the first difference is the
+    memory traffic of P models through one machine, and what the simulated all-reduce costs beyond
+    the second is the simulator's own work."""
     torch.set_num_threads(1)  # as the measured runs (threads=1)
     model = tasks.get(task).make_model()
     shapes = [p.shape for p in model.parameters()]
@@ -112,11 +114,25 @@ def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, 
                 times[name] = (time.process_time() - start) / (repeats * nodes * ppn) * 1e6
 
     virtual.run(nodes * ppn, ppn, cluster.network("juwels_booster"), body)
+    world = nodes * ppn
     params = [torch.zeros(s) for s in shapes]
     start = time.process_time()
     for _ in range(repeats):
-        comm.unflatten_into(comm.flatten(params).div_(nodes * ppn), params)
+        comm.unflatten_into(comm.flatten(params).div_(world), params)
     times["the same on one model, one process"] = (time.process_time() - start) / repeats * 1e6
+    # The same arithmetic on P models in one process, with no simulator at all: what P models' memory
+    # costs by itself, beside which the simulated all-reduce's bookkeeping is measured.
+    models = [[torch.zeros(s) for s in shapes] for _ in range(world)]
+    rounds = max(2, repeats // world)
+    start = time.process_time()
+    for _ in range(rounds):
+        flats = [comm.flatten(ps).div_(world) for ps in models]
+        total = flats[0].clone()
+        for flat in flats[1:]:
+            total.add_(flat)
+        for ps in models:
+            comm.unflatten_into(total, ps)
+    times[f"the same on {world} models, one process"] = (time.process_time() - start) / (rounds * world) * 1e6
     return times
 
 
