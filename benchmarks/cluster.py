@@ -55,10 +55,16 @@ class Network:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     sync_s: float = 0.0
     # gloo's ring cuts a buffer into at least 2p segments of whole elements and sends none for an
-    # empty one (gloo/allreduce.cc, ``ring``): an all-reduce of c < 2p elements waits c/2p of the
-    # ring's latencies. 4 ranks here, means of 200 back to back: 1, 2, 3, 4, 6, 8 floats in 1.0,
-    # 1.4, 2.7, 3.4, 4.6, 5.5 ms, 16 and 64 in 5.3 and 5.8, where c/8 of 5.5 ms gives 0.7, 1.4, 2.1,
-    # 2.8, 4.1, 5.5. False in the presets, whose NCCL rings do not; a gloo machine's calibration sets it.
+    # empty one (gloo/allreduce.cc, ``ring``). With the flag, an all-reduce of c < 2p elements is
+    # charged c/2p of the ring's latencies: what such all-reduces cost back to back among 4 processes
+    # that share 2 cores (means of 200: 1, 2, 3, 4, 6, 8 floats in 1.0, 1.4, 2.7, 3.4, 4.6, 5.5 ms, 16
+    # and 64 in 5.3 and 5.8, where c/8 of 5.5 ms gives 0.7, 1.4, 2.1, 2.8, 4.1, 5.5). It is a fit of
+    # that measurement, not an isolated call's latency: worked out message by message, gloo's schedule
+    # still passes each of the c values through 2(p-1) messages in a row (at p = 4 and c = 1 the
+    # ranks leave after 3, 6, 5 and 4 message times). Back to back, the ranks that leave first start
+    # the next call, and fewer busy ranks wait less for a shared core. Next to a batch and the model's
+    # all-reduce, a 1-float all-reduce costs 3.5-4.2 ms here (README, calibration). False in the
+    # presets, whose NCCL rings do not skip; a gloo machine's calibration sets it.
     skips_empty_segments: bool = False
 
     def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
@@ -70,7 +76,7 @@ class Network:
 
     def ring_allreduce(self, ranks, procs_per_node: int, nbytes: float, elements: int | None = None) -> float:
         """Reduce-scatter then all-gather around a ring: 2(p-1) steps of n/p bytes; with
-        ``skips_empty_segments``, the latencies of the segments that hold some of ``elements`` only."""
+        ``skips_empty_segments``, c/2p of the latencies for c < 2p ``elements`` (see the field)."""
         p = len(ranks)
         if p <= 1:
             return 0.0
