@@ -14,6 +14,7 @@ figures both, and the report renders the tables and figures, recomputing nothing
 names come from benchmarks/naming.py, as in the runner and the analysis.
 """
 
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,7 @@ def sets(wildcards):
     """The run's --set options: the suite, and its matrix's overrides this algorithm and task know."""
     overrides = BY_SUITE[wildcards.suite]["overrides"]
     items = [f"suite={wildcards.suite}", *run_config.overrides_for(wildcards.algorithm, wildcards.task, overrides)]
-    return " ".join(f"--set '{item}'" for item in items)
+    return " ".join(f"--set {shlex.quote(item)}" for item in items)  # a source's text may hold any character
 
 
 wildcard_constraints:

@@ -68,6 +68,7 @@ _TEXT = [
     "metric",
     "clock",
     "time_model",
+    "time_source",
     "error",
     *ENV_FIELDS,
     "run_dir",
@@ -137,6 +138,14 @@ def time_model_label(settings: dict, clock: str) -> str:
     return label + (f", updaters ×{speedup:g}" if speedup != 1 else "")
 
 
+def time_source(settings: dict, clock: str) -> str | None:
+    """Where a simulated run's batch time comes from (``sim_step_source``: a paper's throughput, a
+    measurement of ``benchmarks.step_time``), "set by hand" where it names none; None on the wall clock."""
+    if clock != "simulated":
+        return None
+    return str(settings.get("sim_step_source") or "set by hand")
+
+
 def load_runs(results: Path) -> pd.DataFrame:
     """Load one row per run directory under ``results/runs/`` (see :func:`runs_table`)."""
     return runs_table(run_dirs(results))
@@ -149,10 +158,11 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
         dirs: Run directories, or their ``summary.json`` files (the Snakefile's inputs).
 
     Returns:
-        A frame with the columns ``IDENTITY + ["straggler"] + SUMMARY_FIELDS + ENV_FIELDS +
-        ["run_dir"]``. ``status`` is ``running/incomplete`` where ``summary.json`` is missing;
+        A frame with the columns ``IDENTITY + ["straggler"] + SUMMARY_FIELDS + ["time_model",
+        "time_source"] + ENV_FIELDS + ["run_dir"]``. ``status`` is ``running/incomplete`` where ``summary.json`` is missing;
         ``straggler`` is :func:`straggler_label` of the run's settings; ``clock`` is ``wall`` or
-        ``simulated`` (from the summary, else the settings); ``hosts`` is a comma-separated string;
+        ``simulated`` (from the summary, else the settings); ``time_model`` and ``time_source`` are
+        :func:`time_model_label` and :func:`time_source`; ``hosts`` is a comma-separated string;
         absent numbers are NaN.
     """
     rows = []
@@ -169,6 +179,7 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
             row["status"] = INCOMPLETE
         row["clock"] = row["clock"] or settings.get("clock") or "wall"
         row["time_model"] = time_model_label(settings, row["clock"])
+        row["time_source"] = time_source(settings, row["clock"])
         row.update({k: env.get(k) for k in ENV_FIELDS})
         if isinstance(row["hosts"], list):
             row["hosts"] = ",".join(str(h) for h in row["hosts"])
@@ -178,7 +189,8 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
         row["run_dir"] = str(run_dir)
         rows.append(row)
     runs = pd.DataFrame(
-        rows, columns=IDENTITY + ["straggler"] + SUMMARY_FIELDS + ["time_model"] + ENV_FIELDS + ["run_dir"]
+        rows,
+        columns=IDENTITY + ["straggler"] + SUMMARY_FIELDS + ["time_model", "time_source"] + ENV_FIELDS + ["run_dir"],
     )
     for column in _INTEGER:
         runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("Int64")

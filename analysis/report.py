@@ -55,7 +55,8 @@ FILES = {
     "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",
 }
-METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock"]  # the run metadata table: environment, then clock
+# the run metadata table: environment, then clock, and for simulated runs their time models with the batch time's source
+METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock", "time_model", "time_source"]
 SECTIONS = [
     "Claims",
     "Summary",

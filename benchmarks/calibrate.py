@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> None:
                     "sim_step_ms": step_s * 1e3, "ranks": RANKS}, indent=2) + "\n"
     )  # fmt: skip
     simulated = ["clock=simulated", f"sim_network={args.out / 'network.json'}", f"sim_step_ms={step_s * 1e3:.4f}"]
+    simulated.append(
+        f"sim_step_source=measured by python -m benchmarks.calibrate on {os.uname().nodename}: {RANKS} runs at once"
+    )
     rows = []
     for algorithm in args.algorithms:
         for seed in args.seeds:

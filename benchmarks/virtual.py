@@ -854,6 +854,7 @@ class VirtualClock:
         s = cfg.settings
         self.scheduler, self.rank = cluster.scheduler, rank
         self.step_s = s["sim_step_ms"] / 1000.0
+        self.step_source = s["sim_step_source"] or "set by hand"
         self.times = (
             GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
         )
@@ -1046,6 +1047,7 @@ class VirtualClock:
                 "skips_empty_segments": net.skips_empty_segments,
             },
             "sim_step_ms": self.step_s * 1000.0,
+            "sim_step_source": self.step_source,
             "sim_step_cv": self.step_cv,
             "sim_model_mb": self.model_mb,
             "sim_updater_speedup": self.updater_speedup,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -627,6 +628,34 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
             sets = ["clock=simulated", f"sim_network={tmp_path / spec}"]
             run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
     assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", [f"sim_network={tmp_path / 'net.json'}"])
+
+
+def test_a_measured_batch_time_goes_with_its_source_to_the_run_and_the_report(tmp_path, run_benchmark, capsys):
+    """``benchmarks.step_time`` prints a batch time and its source as ``--set`` items; a simulated run
+    given them writes both to config.json and env.json, and the runs table names the source."""
+    from analysis import aggregate
+    from benchmarks import step_time
+
+    assert step_time.main(["--task", "digits", "--steps", "5", "--warmup", "1", "--set", "batch_size=8"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    ms = float(re.search(r"--set sim_step_ms=([0-9.]+) ", line).group(1))
+    source = re.search(r'--set "sim_step_source=(.+)"$', line).group(1)
+    assert ms > 0 and "median of 5 steps of digits at batch 8" in source
+    out = tmp_path / "run"
+    args = ["--algorithm", "allreduce", "--task", "digits", "--nodes", "1", "--procs-per-node", "2", "--out", out]
+    for item in ("clock=simulated", "wandb=false", "epochs=1", f"sim_step_ms={ms}", f"sim_step_source={source}"):
+        args += ["--set", item]
+    result = run_benchmark(*args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["settings"]["sim_step_source"] == source
+    env = json.loads((out / "env.json").read_text())
+    assert env["sim_step_ms"] == ms and env["sim_step_source"] == source
+    runs = aggregate.runs_table([out])
+    assert runs.loc[0, "time_source"] == source and f"{ms:g} ms a batch" in runs.loc[0, "time_model"]
+    assert aggregate.time_source({"sim_step_ms": 620}, "simulated") == "set by hand"
+    assert aggregate.time_source({}, "wall") is None
+    assert step_time.main(["--task", "digits", "--set", "nosuch=1"]) == 2  # named before anything runs
+    assert "--set nosuch: unknown key" in capsys.readouterr().err
 
 
 def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():

@@ -158,7 +158,7 @@ def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):
 def _run_command(dry_run: str, algorithm: str, suite: str) -> str:
     """The dry run's command of a run of ``algorithm`` in ``suite`` (jobs are listed in no fixed order)."""
     return next(
-        line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line and f"suite={suite}'" in line
+        line for line in dry_run.splitlines() if f"--algorithm {algorithm} " in line and f"--set suite={suite} " in line
     )
 
 
