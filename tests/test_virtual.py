@@ -415,7 +415,13 @@ def test_an_updaters_update_costs_its_share_of_the_gpu_by_hand():
 
 def _clock_config(world_size: int, **settings) -> SimpleNamespace:
     """What ``VirtualClock`` reads of a run's configuration: 100 ms batches, no straggler, no noise."""
-    defaults = {"sim_step_ms": 100.0, "sim_step_source": "", "sim_step_cv": 0.0, "straggler": "none", "sim_model_mb": 0.0}
+    defaults = {
+        "sim_step_ms": 100.0,
+        "sim_step_source": "",
+        "sim_step_cv": 0.0,
+        "straggler": "none",
+        "sim_model_mb": 0.0,
+    }
     return SimpleNamespace(settings={**defaults, "sim_updater_speedup": 1.0, **settings}, world_size=world_size, seed=0)
 
 
