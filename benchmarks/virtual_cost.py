@@ -89,10 +89,10 @@ def step_seconds(
 def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, float]:
     """CPU microseconds a rank of the virtual cluster spends on its bookkeeping, apart from tensors:
     a hand-off to the next rank (``advance``), an all-reduce of 10 floats; and an all-reduce of the
-    task's model (``flat_average_``), beside the same flatten, divide, sum and copy back on one model
-    in one process, and on P models in one process with no simulator: the first difference is the
-    memory traffic of P models through one machine, and what the simulated all-reduce costs beyond
-    the second is the simulator's own work."""
+    task's model (``flat_average_``), beside the same flatten, divide and copy back on one model in
+    one process, and the same with the sum on P models in one process with no simulator: the first
+    difference is the memory traffic of P models through one machine, and what the simulated
+    all-reduce costs beyond the second is the simulator's own work."""
     torch.set_num_threads(1)  # as the measured runs (threads=1)
     model = tasks.get(task).make_model()
     shapes = [p.shape for p in model.parameters()]
