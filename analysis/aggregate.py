@@ -140,7 +140,8 @@ def time_model_label(settings: dict, clock: str) -> str:
 
 def time_source(settings: dict, clock: str) -> str | None:
     """Where a simulated run's batch time comes from (``sim_step_source``: a paper's throughput, a
-    measurement of ``benchmarks.step_time``), "set by hand" where it names none; None on the wall clock."""
+    measurement of ``benchmarks.step_time``; "set by hand", the default, also for runs from before the
+    setting); None on the wall clock."""
     if clock != "simulated":
         return None
     return str(settings.get("sim_step_source") or "set by hand")

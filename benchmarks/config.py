@@ -41,7 +41,10 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "straggler_delay_ms": (float, 0.0),  # fixed, slow: delay of each delayed rank; gamma*: mean delay
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
-    "sim_step_source": (str, ""),  # simulated: where sim_step_ms comes from (a paper's figure; benchmarks.step_time)
+    "sim_step_source": (
+        str,
+        "set by hand",
+    ),  # simulated: where sim_step_ms comes from (a paper's figure; benchmarks.step_time)
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
     "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's

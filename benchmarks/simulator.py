@@ -106,8 +106,8 @@ def simulate(cfg: RunConfig) -> int:
 
     rundir.write_json_atomic(out / "config.json", cfg.to_json())
     env = rundir.environment("none", "simulator", [platform.node()], device, None, torch.get_num_threads())
-    source = cfg.settings["sim_step_source"] or "set by hand"
-    rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated", "sim_step_source": source})
+    source = {"sim_step_source": cfg.settings["sim_step_source"]}
+    rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated", **source})
     record = Recorder(cfg, list(server.simulated_columns), writes=True, clock="simulated")
     from tqdm import tqdm
 

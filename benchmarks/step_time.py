@@ -1,19 +1,17 @@
-"""One worker's compute time for a batch of a task on this machine: the number the virtual cluster's
+"""One worker's time for a batch of a task on this machine: the number the virtual cluster's
 ``sim_step_ms`` asks for, with its source.
 
-    python -m benchmarks.step_time --task mnist1d_large [--set batch_size=4] [--steps 50]
+    python -m benchmarks.step_time --task mnist1d_large [--set batch_size=4] [--repeats 3]
 
-It times the runner's training step with no communication (the batch to the device, forward, loss,
-backward, the task's optimizer step), one step at a time after ``--warmup`` untimed ones, in one
-process that has the machine to itself (its threads: ``--set threads=``, default all cores, as one
-worker of a cluster has its own device), and prints the median with the range, then the two
-``--set`` items that give a simulated run this number and say where it comes from
-(``sim_step_source``, which the run writes to ``config.json`` and ``env.json`` and the report shows).
-Measure once and put the number in a matrix's ``set:``: a run that measured its own would carry a
-time model of its own, and its seeds could not be pooled.
-
-Data loading is left out, as the virtual clock leaves it out (a cluster's loader workers overlap it
-with compute); the optimizer step is in, as it is in a real step.
+It measures the runner's own step, as ``benchmarks.virtual_cost`` measures its plain step: one real
+process (1 x 1, allreduce: no communication) with the machine to itself (its threads: ``--set
+threads=``, default all cores, as one worker of a cluster has its own device), the wall-clock
+difference between two runs ``--epochs`` apart over the steps it adds, so that start-up and the one
+evaluation cancel. It prints the median over ``--repeats`` with the range, then the two ``--set``
+items that give a simulated run this number and say where it comes from (``sim_step_source``, which
+the run writes to ``config.json`` and ``env.json`` and the report shows). Measure once and put the
+number in a matrix's ``set:``: a run that measured its own would carry a time model of its own, and
+its seeds could not be pooled.
 """
 
 from __future__ import annotations
@@ -26,63 +24,41 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
-from benchmarks import config, launcher, tasks
-from benchmarks.checkpoint import ResumableSampler
-from benchmarks.clock import WallClock
-from benchmarks.schedule import make_optimizer
+from benchmarks import config
+from benchmarks.virtual_cost import step_seconds
 
 
-def measure(task_name: str, overrides: list[str], steps: int = 50, warmup: int = 10) -> tuple[list[float], str]:
-    """Seconds of each of ``steps`` timed training steps of ``task_name`` (its hyper-parameters with
-    ``overrides``), and the source line that names what was measured."""
-    with tempfile.TemporaryDirectory() as tmp:  # resolve only checks the settings; nothing is written
-        cfg = config.resolve("allreduce", task_name, 1, 1, 0, Path(tmp) / "run", overrides)
-    task, h, s = tasks.get(task_name), cfg.hparams, cfg.settings
-    device = launcher.pick_device(s["device"], 0)
-    threads = s["threads"] or tasks.default_threads(1, device, task)
-    torch.set_num_threads(threads)
-    train_set, _ = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
-    torch.manual_seed(0)
-    model = task.make_model().to(device)
-    optimizer = make_optimizer(model.parameters(), h)
-    sampler = ResumableSampler(train_set, num_replicas=1, rank=0, shuffle=True, seed=0, drop_last=True)
-    loader = task.train_loader(train_set, sampler, h["batch_size"], model, device, 0)
-    now, times, epoch = WallClock(device), [], 0
-    while len(times) < warmup + steps:
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            x, y = tasks.to_device(x, device), tasks.to_device(y, device)
-            start = now()
-            optimizer.zero_grad(set_to_none=True)
-            task.loss(model(x), y).backward()
-            optimizer.step()
-            times.append(now() - start)
-            if len(times) == warmup + steps:
-                break
-        epoch += 1
-    timed = times[warmup:]
-    day = datetime.date.today().isoformat()
+def measure(
+    task: str, overrides: list[str], epochs: tuple[int, int] = (1, 2), repeats: int = 3
+) -> tuple[list[float], str]:
+    """Wall-clock seconds of a step of ``task`` (its hyper-parameters with ``overrides``) in each of
+    ``repeats`` measurements, and the source line that names what was measured."""
+    sets = ["stop_at_target=false", *overrides]
+    with tempfile.TemporaryDirectory() as tmp:  # checks every key before a run starts; writes nothing
+        cfg = config.resolve("allreduce", task, 1, 1, 0, Path(tmp) / "run", sets)
+    times = [step_seconds("allreduce", task, 1, 1, epochs, sets)[1] for _ in range(repeats)]
+    threads = cfg.settings["threads"] or "all cores'"
     source = (
-        f"measured by python -m benchmarks.step_time on {platform.node()} ({device}, {threads} threads), {day}: "
-        f"median of {steps} steps of {task_name} at batch {h['batch_size']}"
+        f"measured by python -m benchmarks.step_time on {platform.node()}, {datetime.date.today().isoformat()}: "
+        f"the runner's step of {task} at batch {cfg.hparams['batch_size']}, {threads} threads, median of {repeats}"
     )
-    return timed, source
+    return times, source
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.step_time", description=__doc__.splitlines()[0])
     p.add_argument("--task", required=True, help="registered task name (python -m benchmarks.run --list)")
-    p.add_argument("--steps", type=int, default=50, help="timed steps")
-    p.add_argument("--warmup", type=int, default=10, help="untimed steps before them")
+    p.add_argument("--epochs", type=int, nargs=2, default=[1, 2], help="the two runs' epochs")
+    p.add_argument("--repeats", type=int, default=3, help="measurements, of which the median counts")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0:
-        print("error: --steps must be positive and --warmup non-negative", file=sys.stderr)
+    if not 0 < args.epochs[0] < args.epochs[1] or args.repeats < 1:
+        print(
+            "error: --epochs takes two counts, the first positive and below the second; --repeats >= 1", file=sys.stderr
+        )
         return 2
     try:
-        times, source = measure(args.task, args.sets, args.steps, args.warmup)
+        times, source = measure(args.task, args.sets, tuple(args.epochs), args.repeats)
     except config.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

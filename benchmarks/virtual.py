@@ -854,7 +854,7 @@ class VirtualClock:
         s = cfg.settings
         self.scheduler, self.rank = cluster.scheduler, rank
         self.step_s = s["sim_step_ms"] / 1000.0
-        self.step_source = s["sim_step_source"] or "set by hand"
+        self.step_source = s["sim_step_source"]
         self.times = (
             GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
         )

@@ -417,7 +417,7 @@ def _clock_config(world_size: int, **settings) -> SimpleNamespace:
     """What ``VirtualClock`` reads of a run's configuration: 100 ms batches, no straggler, no noise."""
     defaults = {
         "sim_step_ms": 100.0,
-        "sim_step_source": "",
+        "sim_step_source": "set by hand",
         "sim_step_cv": 0.0,
         "straggler": "none",
         "sim_model_mb": 0.0,
@@ -642,11 +642,11 @@ def test_a_measured_batch_time_goes_with_its_source_to_the_run_and_the_report(tm
     from analysis import aggregate
     from benchmarks import step_time
 
-    assert step_time.main(["--task", "digits", "--steps", "5", "--warmup", "1", "--set", "batch_size=8"]) == 0
+    assert step_time.main(["--task", "digits", "--repeats", "1", "--set", "batch_size=16"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     ms = float(re.search(r"--set sim_step_ms=([0-9.]+) ", line).group(1))
     source = re.search(r'--set "sim_step_source=(.+)"$', line).group(1)
-    assert ms > 0 and "median of 5 steps of digits at batch 8" in source
+    assert ms > 0 and "the runner's step of digits at batch 16, all cores' threads, median of 1" in source
     out = tmp_path / "run"
     args = ["--algorithm", "allreduce", "--task", "digits", "--nodes", "1", "--procs-per-node", "2", "--out", out]
     for item in ("clock=simulated", "wandb=false", "epochs=1", f"sim_step_ms={ms}", f"sim_step_source={source}"):
