@@ -81,6 +81,9 @@ class Actor:
     comm_s: float = 0.0
     idle_s: float = 0.0
     computed: bool = False  # it has computed since its last communication (``Network.sync_s``)
+    # the copies its sends have taken since it last waited or computed, by the sent tensor's id: a
+    # tensor sent to several ranks at once is copied once (``VirtualGroup.send``)
+    sent: dict[int, _Payload] = field(default_factory=dict)
     # released when it is its turn; its thread takes it to go on. A bare lock is the cheapest hand-off
     # Python has (an Event's set and wait take a condition and a fresh lock each, 40 % more per switch)
     go: threading.Lock = field(default_factory=_taken_lock)
@@ -122,6 +125,7 @@ class Scheduler:
         me = self.me()
         me.clock += seconds
         me.compute_s += seconds
+        me.sent.clear()
         self._switch(me)
 
     def wait(self, ready: Callable[[], float | None], what: str, on: object = None) -> float:
@@ -130,6 +134,7 @@ class Scheduler:
         ``ready`` is asked at every switch). Returns the virtual time it waited (counted idle; a
         communication's wait moves its cost to comm)."""
         me = self.me()
+        me.sent.clear()  # once a send is waited for, its tensor may be written: the next send copies it again
         if (t := ready()) is not None and t <= me.clock:
             return 0.0
         me.ready, me.waiting_for, me.waits_on = ready, what, on
@@ -463,8 +468,47 @@ class Cluster:
 
 
 @dataclass(eq=False)
+class _Payload:
+    """A copy of a sent tensor, taken when it was sent, for the messages that carry it: ``readers``
+    of them are still undelivered; the last one may hand its storage to the receive (``_take``)."""
+
+    source: torch.Tensor  # the tensor sent (kept, so that its id is not reused while the copy is shared)
+    version: int  # the source's version counter when copied: an in-place write since makes a new copy
+    copy: torch.Tensor | None
+    readers: int = 1
+    taken: bool = False  # a receive owns the copy's storage now: no send may share it
+
+
+def _use_count(t: torch.Tensor) -> int:
+    """How many tensors hold ``t``'s storage (views, ``.data`` aliases), ``t`` included."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1  # less the storage object of the call
+
+
+def _take(t: torch.Tensor, copy: torch.Tensor) -> bool:
+    """Make the receive buffer ``t`` hold ``copy``'s storage in place of its own, when no other
+    tensor can see the difference: ``t`` is a whole plain tensor that nothing else shares (not a
+    view, not a parameter's ``.data``), of the same shape and type. This saves a copy of every
+    message a model-sized receive gets (D-PSGD's neighbours, WAGMA's butterfly, push-sum's shares),
+    a pass over memory that 64 ranks' models in one machine pay from main memory."""
+    if (
+        type(t) is not torch.Tensor
+        or t.requires_grad
+        or t.shape != copy.shape
+        or t.dtype != copy.dtype
+        or t.device != copy.device
+        or not t.is_contiguous()
+        or t.storage_offset() != 0
+        or t.untyped_storage().nbytes() != t.numel() * t.element_size()
+        or _use_count(t) != 1
+    ):
+        return False
+    t.set_(copy)
+    return True
+
+
+@dataclass(eq=False)
 class _Message:
-    tensors: list[torch.Tensor]
+    tensors: list[_Payload]
     arrives: float  # virtual time
     cost: float  # the link's time for it
     number: int  # its place among every message sent
@@ -691,14 +735,30 @@ class VirtualGroup(dist.ProcessGroup):
         actor.computed = False
         arrives = cluster.scheduler.now() + cost
         inbox = self._inbox(dst, tag)
-        inbox.post(self.rank(), _Message([t.detach().clone() for t in tensors], arrives, cost, cluster.messages))
+        inbox.post(self.rank(), _Message([self._payload(actor, t) for t in tensors], arrives, cost, cluster.messages))
         cluster.messages += 1
         cluster.scheduler.poke(inbox)
         return VirtualWork(cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
 
+    @staticmethod
+    def _payload(actor: Actor, t: torch.Tensor) -> _Payload:
+        """A copy of ``t`` for a message: the one a send of the same unchanged tensor took since
+        the sender last waited or computed, else a new one. (A tensor in flight is not written until
+        its send is waited for, as with any backend.)"""
+        shared = actor.sent.get(id(t))
+        if shared is not None and not shared.taken and shared.source is t and shared.version == t._version:
+            shared.readers += 1
+            return shared
+        actor.sent[id(t)] = payload = _Payload(t, t._version, t.detach().clone())
+        return payload
+
     def _deliver(self, inbox: _Inbox, sender: int, tensors: list[torch.Tensor]) -> None:
-        for t, d in zip(tensors, inbox.pop(sender).tensors):
-            t.copy_(d)
+        for t, payload in zip(tensors, inbox.pop(sender).tensors):
+            payload.readers -= 1
+            if payload.readers == 0 and _take(t, payload.copy):
+                payload.taken, payload.copy = True, None  # the receive holds the storage alone
+            else:
+                t.copy_(payload.copy)
         self.cluster.scheduler.poke(inbox)  # another receive of the same inbox sees a new head
 
     def recv(self, tensors, src, tag):

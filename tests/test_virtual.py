@@ -180,6 +180,53 @@ def test_one_senders_messages_are_not_overtaken():
     assert small < 0.005
 
 
+def test_a_tensor_sent_to_two_ranks_is_copied_once_and_each_receiver_owns_its_values():
+    """Rank 0 sends one tensor to ranks 1 and 2 without waiting in between (as D-PSGD's exchange
+    does): one copy is taken for both. Rank 1 receives first, into a plain buffer, which it then
+    writes in place; rank 2, the copy's last reader, receives into a plain buffer that takes the
+    copy's storage, and still sees the values sent. After waiting, rank 0 writes the tensor through
+    ``.data`` (which leaves its version counter alone) and sends it again: the receivers, whose first
+    messages are still undelivered, get the new values, not the first copy."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            x = torch.arange(4.0)
+            for _ in range(2):
+                works = [dist.isend(x, 1), dist.isend(x, 2)]
+                assert cl.scheduler.me().sent[id(x)].readers == 2  # one copy for both
+                for w in works:
+                    w.wait()
+                x.data.add_(10.0)
+            return None
+        cl.scheduler.advance(0.1 * rank)  # after rank 0 has sent twice; rank 1 before rank 2
+        buf, base = torch.zeros(4), torch.zeros(6)
+        dist.recv(buf, 0)
+        if rank == 1:
+            buf.mul_(-1.0)  # its own values: rank 2's message is untouched
+        dist.recv(base[1:5], 0)  # a view: copied into its base
+        return buf.tolist(), base.tolist()
+
+    results = virtual.run(3, 1, NET, body)
+    assert results[1] == ([-0.0, -1.0, -2.0, -3.0], [0.0, 10.0, 11.0, 12.0, 13.0, 0.0])
+    assert results[2] == ([0.0, 1.0, 2.0, 3.0], [0.0, 10.0, 11.0, 12.0, 13.0, 0.0])
+
+
+def test_a_receive_into_a_shared_or_odd_buffer_is_copied_not_taken():
+    """The storage of a message's copy goes to a receive buffer only when no other tensor can see
+    the swap: a parameter's ``.data`` alias, a view, a buffer of another type stay copies."""
+    copy = torch.arange(4.0)
+    param = torch.nn.Parameter(torch.zeros(4))
+    alias = param.data
+    assert not virtual._take(alias, copy) and param.sum() == 0
+    base = torch.zeros(8)
+    assert not virtual._take(base[:4], copy)
+    assert not virtual._take(torch.zeros(4, dtype=torch.float64), copy)
+    assert not virtual._take(torch.zeros(2, 2), copy)
+    plain = torch.zeros(4)
+    assert virtual._take(plain, copy) and plain.data_ptr() == copy.data_ptr()
+
+
 def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
     """256 ranks: rank r sends at (256 - r) ms, so rank 0 receives from 255 down to 1, each at its
     arrival; then an all-reduce of every rank ends at the last arrival plus the ring."""
