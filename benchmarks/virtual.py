@@ -479,9 +479,15 @@ class _Payload:
     taken: bool = False  # a receive owns the copy's storage now: no send may share it
 
 
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)  # PyTorch's own tests use it; no public form
+
+
 def _use_count(t: torch.Tensor) -> int:
-    """How many tensors hold ``t``'s storage (views, ``.data`` aliases), ``t`` included."""
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1  # less the storage object of the call
+    """How many tensors hold ``t``'s storage (views, ``.data`` aliases), ``t`` included; 2 where this
+    PyTorch cannot tell, so that the receive copies."""
+    if _storage_use_count is None:
+        return 2
+    return _storage_use_count(t.untyped_storage()._cdata) - 1  # less the storage object of the call
 
 
 def _take(t: torch.Tensor, copy: torch.Tensor) -> bool:
