@@ -212,19 +212,31 @@ def test_a_tensor_sent_to_two_ranks_is_copied_once_and_each_receiver_owns_its_va
     assert results[2] == ([0.0, 1.0, 2.0, 3.0], [0.0, 10.0, 11.0, 12.0, 13.0, 0.0])
 
 
-def test_a_receive_into_a_shared_or_odd_buffer_is_copied_not_taken():
-    """The storage of a message's copy goes to a receive buffer only when no other tensor can see
-    the swap: a parameter's ``.data`` alias, a view, a buffer of another type stay copies."""
-    copy = torch.arange(4.0)
-    param = torch.nn.Parameter(torch.zeros(4))
-    alias = param.data
-    assert not virtual._take(alias, copy) and param.sum() == 0
-    base = torch.zeros(8)
-    assert not virtual._take(base[:4], copy)
-    assert not virtual._take(torch.zeros(4, dtype=torch.float64), copy)
-    assert not virtual._take(torch.zeros(2, 2), copy)
-    plain = torch.zeros(4)
-    assert virtual._take(plain, copy) and plain.data_ptr() == copy.data_ptr()
+def test_a_receive_into_a_shared_or_odd_buffer_is_copied_into_and_a_plain_one_takes_the_message():
+    """The storage of a message's copy goes to the receive buffer only when no other tensor can see
+    the swap. A parameter's ``.data`` alias, a view, and a buffer of another type or shape (1 x 4) are
+    copied into, keeping their storage, so the parameter and the base see the values; a plain
+    buffer of the same shape and type takes the copy's storage (its data pointer moves)."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        if rank == 0:
+            for _ in range(5):
+                dist.send(torch.arange(4.0), 1)
+            return None
+        param, base = torch.nn.Parameter(torch.zeros(4)), torch.zeros(8)
+        buffers = [param.data, base[2:6], torch.zeros(4, dtype=torch.float64), torch.zeros(1, 4), torch.zeros(4)]
+        before = [b.data_ptr() for b in buffers]
+        for b in buffers:
+            dist.recv(b, 0)
+        moved = [b.data_ptr() != p for b, p in zip(buffers, before)]
+        return param.tolist(), base.tolist(), [b.flatten().tolist() for b in buffers[2:]], moved
+
+    param, base, others, moved = virtual.run(2, 1, NET, body)[1]
+    assert param == [0.0, 1.0, 2.0, 3.0]
+    assert base == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0]
+    assert others == [[0.0, 1.0, 2.0, 3.0]] * 3
+    assert moved == [False, False, False, False, True]
 
 
 def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
