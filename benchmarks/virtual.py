@@ -82,7 +82,8 @@ class Actor:
     idle_s: float = 0.0
     computed: bool = False  # it has computed since its last communication (``Network.sync_s``)
     # the copies its sends have taken since it last waited or computed, by the sent tensor's id: a
-    # tensor sent to several ranks at once is copied once (``VirtualGroup.send``)
+    # tensor sent to several ranks at once is copied once (``VirtualGroup.send``). Its clock moves
+    # only in ``advance`` and ``wait``, which clear it, so no send of it completes while it is kept
     sent: dict[int, _Payload] = field(default_factory=dict)
     # released when it is its turn; its thread takes it to go on. A bare lock is the cheapest hand-off
     # Python has (an Event's set and wait take a condition and a fresh lock each, 40 % more per switch)
