@@ -44,14 +44,19 @@ def _paper_numbers(task: str, straggler: str) -> pd.DataFrame:
 
 
 def comparison(runs: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One ``(title, table)`` per (suite, task, clock, straggler) holding asynchronous runs.
+    """One ``(title, table)`` per (suite, task, clock, straggler) of a suite that runs a DANA variant.
 
     Table rows are worker counts; columns per algorithm: ``<algo> acc`` (median final metric over
     seeds, with k/n converged), ``<algo> gap``, ``paper <algo>`` where the paper has the number, and
     ``ordering`` (whether every DANA variant is at least as accurate as every baseline at that N).
     """
-    mine = runs[runs["algorithm"].isin(ASYNC) & runs["status"].isin(["completed", "diverged"])].copy()
-    if mine.empty or not mine["algorithm"].isin(["dana_dc", "dana_slim", "dana_zero"]).any():
+    # A suite is DANA's comparison when it runs a DANA variant, whether or not those runs finished:
+    # another paper's suite that runs allreduce or DDP (DASO's, WAGMA's) gets no table here.
+    dana_suites = set(runs.loc[runs["algorithm"].isin(["dana_dc", "dana_slim", "dana_zero"]), "suite"])
+    mine = runs[
+        runs["algorithm"].isin(ASYNC) & runs["status"].isin(["completed", "diverged"]) & runs["suite"].isin(dana_suites)
+    ].copy()
+    if mine.empty:
         return []
     # A parameter server's world holds one master: N workers = world - 1 on the wall clock.
     server = (mine["clock"] == "wall") & ~mine["algorithm"].isin(["allreduce", "ddp"])

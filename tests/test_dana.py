@@ -325,6 +325,20 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
         settings={"straggler": "gamma", "clock": "simulated"},
         extra={"gap": [0.0]},
     )
+    for algo in ("allreduce", "ddp"):  # another paper's suite (DASO's) that runs no DANA variant: no table
+        write_run(
+            tmp_path,
+            algo,
+            0,
+            suite="daso-like",
+            status="completed",
+            tta=None,
+            walls=[1.0],
+            metrics=[0.9],
+            nodes=8,
+            clock="simulated",
+            settings={"straggler": "none", "clock": "simulated"},
+        )
     runs = aggregate.load_runs(tmp_path)
     ((title, table),) = dana.comparison(runs, aggregate.load_curves(tmp_path, runs))
     assert "simulated" in title and "Table 2" in title
