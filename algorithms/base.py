@@ -83,7 +83,7 @@ class Plan:
     steps_per_epoch: int
     epochs: int
     milestones: tuple[int, ...] = ()
-    warmup_epochs: int = 0
+    warmup_epochs: float = 0
     seed: int = 0
 
 

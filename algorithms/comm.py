@@ -144,6 +144,24 @@ def batch_isend_irecv(ops: list[dist.P2POp]) -> list:
     return dist.batch_isend_irecv(ops)
 
 
+def exchange(message: torch.Tensor, out_peers: list[int], received: dict[int, torch.Tensor], segments: int = 1) -> None:
+    """Send ``message`` to each of ``out_peers`` and receive each ``received[j]`` from rank j, in
+    ``segments`` consecutive rounds: round k sends and receives the k-th slice of each buffer and
+    waits for all of them before round k+1 starts. The values received are the same for any
+    ``segments``; the timing is not. One round is one flat message; 161 rounds are the WAGMA paper's
+    D-PSGD and SGP, which exchange ResNet-50's 161 tensors one after another, each waiting for the
+    peers' (github.com/Shigangli/WAGMA-SGD, ``optimizer_dpsgd_imagenet.py``): a delayed rank then
+    holds up its neighbours' neighbours within the same step."""
+    parts = message.chunk(segments)
+    slices = {j: buf.chunk(segments) for j, buf in received.items()}
+    for k, part in enumerate(parts):
+        ops = [dist.P2POp(dist.isend, part, j) for j in out_peers]
+        ops += [dist.P2POp(dist.irecv, slices[j][k], j) for j in received]
+        if ops:
+            for work in batch_isend_irecv(ops):
+                work.wait()
+
+
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One contiguous copy of ``tensors``: one message instead of one per tensor."""
     return torch.cat([t.reshape(-1) for t in tensors])

@@ -129,7 +129,10 @@ def time_model_label(settings: dict, clock: str) -> str:
     speedup where set (``piz_daint, 620 ms a batch (CV 0.01), 102.2 MB``). Simulated runs under different time models are different experiments: never pooled."""
     if clock != "simulated":
         return WALL_CLOCK
-    label = f"{settings.get('sim_network', '?')}, {float(settings.get('sim_step_ms') or 0):g} ms a batch"
+    label = str(settings.get("sim_network", "?"))
+    if (speed := float(settings.get("sim_inter_speed") or 1)) != 1:
+        label += f" (inter-node link ×{speed:g})"
+    label += f", {float(settings.get('sim_step_ms') or 0):g} ms a batch"
     if cv := float(settings.get("sim_step_cv") or 0):
         label += f" (CV {cv:g})"
     model_mb = float(settings.get("sim_model_mb") or 0)

@@ -2,27 +2,47 @@
 made under its conditions.
 
 A claim names the settings its runs must have (``requires``: layout, clock, network, stragglers, the
-time model). Only runs that have every one of them count, so a paper's number is never set against
-a measurement made under other conditions: a claim with no such runs is "not measured", with the
-config that makes them. The algorithm's and the baseline's runs are paired by seed (same stragglers,
-same data order, same arrival schedule).
+time model, the device that ran). Only runs that have every one of them count, so a paper's number is
+never set against a measurement made under other conditions: a claim with no such runs is "not
+measured", with the config that makes them.
+
+Each (conditions, algorithm, seed) counts once. Two runs whose ``config.json`` agree on everything
+but the suite's name and the output folder are one observation, whichever suites hold them; the
+algorithm's and the baseline's runs pair where they share the seed, the layout, the task and every
+run setting (same stragglers, same data order, same arrival schedule); a seed with several such
+pairs gives one value, their median.
 
 - A ratio (``throughput_speedup``: seconds per step; ``speedup``: total time of the same epochs,
-  the papers' measure) is the median over seeds of the paired ratios, with a 95 % percentile
-  bootstrap interval over seeds (``analysis/intervals.py``). It
-  holds when the interval lies on the paper's side of 1, does not hold when it lies on the other
-  side, and is inconclusive otherwise.
-- An ordering (``final_metric_above``) is the share of seeds in which it holds: the claim holds at
-  80 % or more, does not at 20 % or less, and is inconclusive in between.
+  the papers' measure) is computed per seed over pairs in which both runs completed: a diverged or
+  failed run is never fast, and the row counts the runs that did not finish. The value is the median
+  over seeds, with the exact order-statistic interval of that median (``analysis/intervals.py``;
+  its real coverage for n seeds is in the row).
+- An ordering (``final_metric_above``) is judged per seed on the final metric (a diverged run keeps
+  the metric it had: failing to train is what some of these claims are about); the value is the
+  median gap over seeds, with the same interval.
 
-A verdict needs ``MIN_SEEDS`` paired seeds; with fewer the value is shown and the verdict is
-inconclusive, saying why.
+The verdicts, the rule that ``claims.yaml``'s header and the README state:
+
+- *reproduced*: a ratio on the paper's side of 1 whose interval, widened by ``TOLERANCE`` (10 %) on
+  each side, holds the paper's value (for a range, meets it; a claim that gives no size needs the
+  side only); an ordering that holds in every seed with a median gap of at least half the paper's;
+- *direction only*: on the paper's side, but the paper's size outside that band (the row says
+  whether this suite's effect is smaller or larger), or an ordering that holds in 80 % of the seeds
+  or more without the above;
+- *no effect*: the whole interval inside ``[1/NO_EFFECT, NO_EFFECT]`` (2 %), however it lies;
+- *does not hold*: the interval on the other side of 1 (an ordering in at most 20 % of the seeds);
+- *inconclusive*: the interval straddles 1, or fewer than ``MIN_SEEDS`` seeds;
+- *not measured*: no run under the claim's conditions.
+
+"Up to X" (``up_to``) is compared with the best node count the claim covers, never pinned on one.
+A simulated claim is evaluated again on the runs whose inter-node link is ``SENSITIVITY`` times as
+fast (``sim_inter_speed``: bandwidth times it, latency divided by it); where a verdict there differs,
+the claim is marked sensitive to the network model.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,17 +50,35 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.intervals import median_interval
+from analysis.intervals import median_order_interval
 from analysis.papers import PAPERS_DIR
 
 CLAIMS = PAPERS_DIR / "claims.yaml"
 MIN_SEEDS = 5
-HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
+TOLERANCE = 1.10  # the paper's ratio is reproduced within [low / 1.10, high x 1.10]
+NO_EFFECT = 1.02  # no effect: the interval within [1 / 1.02, 1.02]
+HALF_GAP = 0.5  # an ordering is reproduced at half the paper's gap or more
+SENSITIVITY = (0.5, 2.0)  # the inter-node link's speed factors a simulated verdict is re-checked at
+REPRODUCED, DIRECTION, NO_CHANGE = "reproduced", "direction only", "no effect"
+FAILS, INCONCLUSIVE, UNMEASURED = "does not hold", "inconclusive", "not measured"
+SENSITIVE = "sensitive to the network model"
+# The rule in words, for the report (the README and claims.yaml's header state the same).
+RULE = (
+    f"reproduced: on the paper's side of 1, and the paper's value within the interval widened by "
+    f"{TOLERANCE - 1:.0%} each way (an ordering: in every seed, with at least {HALF_GAP:.0%} of the paper's "
+    f"gap); direction only: the paper's side, not its size; no effect: the interval within "
+    f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
+    f"interval holds 1, or under {MIN_SEEDS} seeds"
+)
 RATIOS = {"throughput_speedup", "speedup"}
 ORDERINGS = {"final_metric_above"}
+# Run settings whose absence from an older run's config.json means their default.
+SETTING_DEFAULTS = {"sim_inter_speed": 1.0}
+# What does not make two runs' conditions differ: the suite's name, where the run wrote.
+NOT_CONDITIONS = {"suite", "run_id", "out", "data_root", "wandb", "wandb_project", "wandb_mode"}
 COLUMNS = [
-    "paper", "id", "claim", "source", "paper_value", "value", "low", "high", "verdict", "why", "seeds",
-    "clock", "conditions", "setting", "experiment", "suite",
+    "paper", "id", "claim", "source", "quantity", "paper_value", "value", "low", "high", "coverage", "verdict", "why",
+    "seeds", "unfinished", "nodes", "network", "clock", "conditions", "setting", "experiment", "suite",
 ]  # fmt: skip
 
 
@@ -61,10 +99,18 @@ class Claim:
     paper_value: str
     setting: str
     expect: str = "above"
+    paper_ratio: float | list[float] | None = None  # a ratio's size: one value or [low, high]
+    paper_gap: float | None = None  # an ordering's size: the paper's metric difference (a fraction)
+    up_to: bool = False  # "up to X": the best over the node counts in requires
+
+    @property
+    def simulated(self) -> bool:
+        return self.requires.get("clock") == "simulated" and "sim_network" in self.requires
 
 
 def load(path: Path = CLAIMS) -> list[Claim]:
-    """Every claim, paper by paper in the file's order; an unknown quantity is an error naming the choices."""
+    """Every claim, paper by paper in the file's order. An unknown quantity, a claim over several node
+    counts that is not "up to", or a size of the wrong kind is an error naming the fix."""
     claims = []
     for paper, entries in yaml.safe_load(Path(path).read_text(encoding="utf-8")).items():
         for entry in entries:
@@ -73,109 +119,227 @@ def load(path: Path = CLAIMS) -> list[Claim]:
                 raise ValueError(
                     f"claim {claim.id}: quantity {claim.quantity!r} is not one of {sorted(RATIOS | ORDERINGS)}"
                 )
+            if isinstance(claim.requires.get("nodes"), list) and not claim.up_to:
+                raise ValueError(f"claim {claim.id}: several node counts need up_to: true, or name one")
+            if claim.quantity in ORDERINGS and claim.paper_ratio is not None:
+                raise ValueError(f"claim {claim.id}: an ordering's size is paper_gap, not paper_ratio")
             claims.append(claim)
     return claims
 
 
-def ratio_verdict(low: float, high: float, expect: str = "above") -> str:
-    """Holds when the interval lies on the paper's side of 1, does not when on the other side."""
-    above, below = low > 1.0, high < 1.0
-    if expect == "below":
-        above, below = below, above
-    return HOLDS if above else FAILS if below else INCONCLUSIVE
+# -- the verdict rule ---------------------------------------------------------------------------------
 
 
-def ordering_verdict(share: float) -> str:
-    """Holds in at least 80 % of the seeds, does not in at most 20 %; inconclusive in between."""
-    return HOLDS if share >= 0.8 else FAILS if share <= 0.2 else INCONCLUSIVE
+def _sizes(paper_ratio: float | list[float] | None) -> tuple[float, float] | None:
+    if paper_ratio is None:
+        return None
+    if isinstance(paper_ratio, list | tuple):
+        return float(min(paper_ratio)), float(max(paper_ratio))
+    return float(paper_ratio), float(paper_ratio)
+
+
+def ratio_verdict(
+    low: float, high: float, paper_ratio: float | list[float] | None = None, expect: str = "above"
+) -> tuple[str, str]:
+    """The verdict of a ratio's interval ``[low, high]`` against the paper's size, and why."""
+    if 1.0 / NO_EFFECT <= low and high <= NO_EFFECT:
+        return NO_CHANGE, f"the interval lies within [{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]"
+    on_side, against = (low > 1.0, high < 1.0) if expect == "above" else (high < 1.0, low > 1.0)
+    if against:
+        return FAILS, "the interval lies on the other side of 1"
+    if not on_side:
+        return INCONCLUSIVE, "the interval holds 1"
+    size = _sizes(paper_ratio)
+    if size is None:
+        return REPRODUCED, "the paper gives a direction, no size"
+    wide_low, wide_high = low / TOLERANCE, high * TOLERANCE
+    band = f"[{wide_low:.2f}, {wide_high:.2f}]"
+    paper = f"{size[0]:g}x" if size[0] == size[1] else f"{size[0]:g}-{size[1]:g}x"
+    if size[0] <= wide_high and wide_low <= size[1]:
+        return REPRODUCED, f"the paper's {paper} lies within the interval widened by 10 %, {band}"
+    farther = size[0] > wide_high if expect == "above" else size[1] < wide_low
+    effect = "smaller" if farther else "larger"
+    return DIRECTION, f"effect {effect} than the paper's: its {paper} lies outside {band}"
+
+
+def ordering_verdict(gaps: list[float], paper_gap: float | None = None) -> tuple[str, str]:
+    """The verdict of per-seed metric gaps (the algorithm's minus the baseline's), and why."""
+    share = float(np.mean(np.asarray(gaps) > 0))
+    held = f"holds in {round(share * len(gaps))} of {len(gaps)} seeds"
+    if share <= 0.2:
+        return FAILS, held
+    if share < 0.8:
+        return INCONCLUSIVE, held
+    median = float(np.median(gaps))
+    if share == 1.0 and (paper_gap is None or median >= HALF_GAP * paper_gap):
+        return REPRODUCED, held + ("" if paper_gap is None else f", gap at least half the paper's {paper_gap:.2f}")
+    if share < 1.0:
+        return DIRECTION, held + " (a reproduction needs every seed)"
+    return DIRECTION, held + f", gap {median:.2f} under half the paper's {paper_gap:.2f}"
+
+
+# -- the runs a claim counts ---------------------------------------------------------------------------
 
 
 def run_config(run_dir: str) -> dict[str, object]:
-    """A run's ``config.json``, its settings, hyper-parameters and knobs merged into one mapping."""
+    """A run's ``config.json``, its settings, hyper-parameters and knobs merged into one mapping, with
+    the device that ran it from ``env.json`` (the settings hold what was asked: ``auto``)."""
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         return {}
     config = json.loads(path.read_text())
     merged = {**config.get("algorithm_params", {}), **config.get("hparams", {}), **config.get("settings", {})}
-    return {**merged, **{k: config[k] for k in ("task", "nodes", "procs_per_node", "seed") if k in config}}
+    merged.update({k: config[k] for k in ("task", "nodes", "procs_per_node", "seed") if k in config})
+    env = Path(run_dir) / "env.json"
+    if env.is_file():
+        device = json.loads(env.read_text()).get("device")
+        if device:
+            merged["device"] = device
+    return merged
+
+
+def conditions(run_dir: str) -> tuple[str, str]:
+    """What makes a run one observation: its whole ``config.json`` and device but the suite's name
+    and its folder; and what its pair must share: its run settings and hyper-parameters but the lr."""
+    path = Path(run_dir) / "config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    settings = {k: v for k, v in (config.get("settings") or {}).items() if k not in NOT_CONDITIONS}
+    whole = {k: v for k, v in config.items() if k not in NOT_CONDITIONS | {"settings"}}
+    whole["device"] = run_config(run_dir).get("device")
+    # the task's hyper-parameters but the lr, which scale_lr sets per algorithm
+    shared = [settings, {k: v for k, v in (config.get("hparams") or {}).items() if k != "lr"}]
+    return json.dumps([whole, settings], sort_keys=True, default=str), json.dumps(shared, sort_keys=True, default=str)
+
+
+def _same(have: object, want: object) -> bool:
+    if isinstance(want, list):
+        return any(_same(have, w) for w in want)
+    if isinstance(want, int | float) and not isinstance(want, bool):
+        try:
+            return bool(np.isclose(float(have), float(want)))
+        except (TypeError, ValueError):
+            return False
+    return str(have) == str(want)
 
 
 def matches(row: pd.Series, config: dict[str, object], requires: dict[str, object]) -> bool:
-    """Whether a run has every required setting: from its ``config.json``, else its ``runs.csv`` row
-    (the layout, the device). A key that neither has is another algorithm's knob, which binds only
-    the runs of that algorithm (Horovod's ``fp16_compression``, not DASO's runs); a run without a
+    """Whether a run has every required setting (a list: any of its values): from its ``config.json``
+    and ``env.json``, else its ``runs.csv`` row. A run setting that an older run lacks has its
+    default; any other key that neither has is another algorithm's knob, which binds only the runs of
+    that algorithm (Horovod's ``fp16_compression``, not DASO's runs). A run without a
     ``config.json`` cannot show its conditions and never matches."""
     if not config:
         return False
     for key, want in requires.items():
-        if key not in config and key not in row.index:
+        if key in config:
+            have = config[key]
+        elif key in SETTING_DEFAULTS:
+            have = SETTING_DEFAULTS[key]
+        elif key in row.index:
+            have = row.get(key)
+        else:
             continue
-        have = config[key] if key in config else row.get(key)
-        if isinstance(want, int | float) and not isinstance(want, bool):
-            try:
-                if not np.isclose(float(have), float(want)):
-                    return False
-            except (TypeError, ValueError):
-                return False
-        elif str(have) != str(want):
+        if not _same(have, want):
             return False
     return True
 
 
-def _per_seed(runs: pd.DataFrame, claim: Claim) -> pd.DataFrame:
-    """The algorithm's and the baseline's finished runs under the claim's conditions, paired by seed."""
-    finished = runs[
-        runs["status"].isin(["completed", "diverged"]) & runs["algorithm"].isin([claim.algorithm, claim.baseline])
-    ]
-    keep = [matches(row, run_config(row["run_dir"]), claim.requires) for _, row in finished.iterrows()]
-    chosen = finished[pd.Series(keep, index=finished.index, dtype=bool)].copy()
+def _paired(runs: pd.DataFrame, claim: Claim, requires: dict[str, object]) -> tuple[pd.DataFrame, int]:
+    """One value per (node count, seed) of the claim's quantity, and how many of its runs did not finish.
+
+    The runs under the claim's conditions, each observation once; the algorithm's and the baseline's
+    paired on seed, layout, task and run settings; a seed's several pairs by their median."""
+    mine = runs[runs["algorithm"].isin([claim.algorithm, claim.baseline])]
+    keep = [matches(row, run_config(row["run_dir"]), requires) for _, row in mine.iterrows()]
+    chosen = mine[pd.Series(keep, index=mine.index, dtype=bool)].copy()
+    if chosen.empty:
+        return pd.DataFrame(columns=["nodes", "seed", "value", "suite", "clock"]), 0
+    keys = [conditions(d) for d in chosen["run_dir"]]
+    chosen["observation"], chosen["pairing"] = [k[0] for k in keys], [k[1] for k in keys]
+    chosen = chosen.sort_values("run_dir").drop_duplicates(["algorithm", "observation"])
+    finished = ["completed"] if claim.quantity in RATIOS else ["completed", "diverged"]
+    done = chosen["status"].isin(finished)
+    unfinished, chosen = int((~done).sum()), chosen[done].copy()
     chosen["step_s"] = chosen["wall_s"] / chosen["steps"]
-    value = {"throughput_speedup": "step_s", "speedup": "wall_s", "final_metric_above": "final_metric"}[claim.quantity]
-    # paired within a suite: one suite's runs of a seed share stragglers, data order and settings
-    wide = chosen.pivot_table(index=["suite", "seed"], columns="algorithm", values=value, aggfunc="first")
-    if claim.algorithm not in wide or claim.baseline not in wide:
-        return pd.DataFrame(columns=["algorithm", "baseline", "suite"])
-    paired = pd.DataFrame({"algorithm": wide[claim.algorithm], "baseline": wide[claim.baseline]}).dropna()
-    paired["suite"] = ", ".join(sorted(paired.index.get_level_values("suite").unique()))
-    paired.attrs["clock"] = ", ".join(sorted(chosen["clock"].astype(str).unique()))
-    return paired
+    column = {"throughput_speedup": "step_s", "speedup": "wall_s", "final_metric_above": "final_metric"}
+    chosen["measure"] = chosen[column[claim.quantity]].astype(float)
+    on = ["seed", "nodes", "procs_per_node", "task", "pairing"]
+    a = chosen[chosen["algorithm"] == claim.algorithm]
+    b = chosen[chosen["algorithm"] == claim.baseline]
+    pairs = a.merge(b, on=on, suffixes=("", "_base"))
+    if claim.quantity in RATIOS:  # the baseline's time over the algorithm's: above 1, the algorithm is faster
+        pairs["value"] = pairs["measure_base"] / pairs["measure"]
+    else:  # the algorithm's metric minus the baseline's
+        pairs["value"] = pairs["measure"] - pairs["measure_base"]
+    pairs = pairs.dropna(subset=["value"])
+    names = sorted(set(pairs["suite"]) | set(pairs["suite_base"])) if not pairs.empty else []
+    per_seed = pairs.groupby(["nodes", "seed"], as_index=False)["value"].median()
+    per_seed["suite"] = ", ".join(str(s) for s in names)
+    per_seed["clock"] = ", ".join(sorted(pairs["clock"].astype(str).unique())) if not pairs.empty else ""
+    return per_seed, unfinished
+
+
+def _measure(claim: Claim, values: list[float]) -> dict[str, object]:
+    """Value, interval, coverage and verdict of one node count's per-seed values."""
+    low, high, coverage = median_order_interval(values)
+    out = {"value": float(np.median(values)), "low": low, "high": high, "coverage": coverage, "seeds": len(values)}
+    if claim.quantity in RATIOS:
+        verdict, why = ratio_verdict(low, high, claim.paper_ratio, claim.expect)
+    else:
+        verdict, why = ordering_verdict(values, claim.paper_gap)
+    if len(values) < MIN_SEEDS:
+        verdict, why = INCONCLUSIVE, f"{len(values)} seeds; a verdict needs {MIN_SEEDS}"
+    return {**out, "verdict": verdict, "why": why}
+
+
+def measure(claim: Claim, runs: pd.DataFrame, requires: dict[str, object] | None = None) -> dict[str, object]:
+    """The claim's value, interval and verdict on ``runs`` under ``requires`` (the claim's own by
+    default): at its node count, or for "up to" the best of its node counts with at least
+    ``MIN_SEEDS`` seeds."""
+    requires = claim.requires if requires is None else requires
+    per_seed, unfinished = _paired(runs, claim, requires) if not runs.empty else (pd.DataFrame(), 0)
+    empty = {"value": None, "low": None, "high": None, "coverage": None, "seeds": 0, "nodes": "", "suite": ""}
+    if per_seed.empty:
+        why = f"no runs under its conditions: run {claim.experiment}"
+        if unfinished:
+            why = f"{unfinished} runs under its conditions did not finish; run {claim.experiment}"
+        return {**empty, "clock": "", "unfinished": unfinished, "verdict": UNMEASURED, "why": why}
+    by_nodes = {int(n): _measure(claim, g["value"].tolist()) for n, g in per_seed.groupby("nodes")}
+    counted = {n: m for n, m in by_nodes.items() if m["seeds"] >= MIN_SEEDS} or by_nodes
+    sign = 1.0 if claim.expect == "above" else -1.0
+    best = max(counted, key=lambda n: sign * counted[n]["value"])
+    row = {**by_nodes[best], "nodes": best, "suite": per_seed["suite"].iloc[0], "clock": per_seed["clock"].iloc[0]}
+    if claim.up_to and len(by_nodes) > 1:
+        others = ", ".join(f"{by_nodes[n]['value']:.2f} at {n} nodes" for n in sorted(by_nodes) if n != best)
+        row["why"] += f"; the best of {len(by_nodes)} node counts ({others})"
+    if unfinished:
+        row["why"] += f"; {unfinished} runs did not finish and are not counted"
+    return {**row, "unfinished": unfinished}
+
+
+def _described(m: dict[str, object], quantity: str) -> str:
+    if m["value"] is None:
+        return m["verdict"]
+    value = f"{m['value']:.2f}x" if quantity in RATIOS else f"{m['value']:+.2f}"
+    return f"{value} {m['verdict']}"
 
 
 def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
-    """The claim's row of the verdict table."""
+    """The claim's row of the verdict table; a simulated claim's ``network`` column gives its verdict
+    with the inter-node link ``SENSITIVITY`` times as fast, where such runs exist."""
     row = {
         c: getattr(claim, c)
-        for c in ("paper", "id", "claim", "source", "paper_value", "conditions", "setting", "experiment")
+        for c in ("paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment")
     }
-    paired = _per_seed(runs, claim) if not runs.empty else pd.DataFrame()
-    n = len(paired)
-    row.update(value=None, low=None, high=None, seeds=n, clock=paired.attrs.get("clock", ""), suite="")
-    if n == 0:
-        return {**row, "verdict": UNMEASURED, "why": f"no runs under its conditions: run {claim.experiment}"}
-    row["suite"] = paired["suite"].iloc[0]
-    if claim.quantity in RATIOS:
-        # the baseline's time over the algorithm's: above 1, the algorithm is faster
-        ratios = (paired["baseline"] / paired["algorithm"]).tolist()
-        row["value"] = float(np.median(ratios))
-        row["low"], row["high"] = median_interval(ratios)
-        verdict = ratio_verdict(row["low"], row["high"], claim.expect)
-    else:
-        row["value"] = float((paired["algorithm"] > paired["baseline"]).mean())
-        verdict = ordering_verdict(row["value"])
-    if n < MIN_SEEDS:
-        return {**row, "verdict": INCONCLUSIVE, "why": f"{n} seeds; a verdict needs {MIN_SEEDS}"}
-    return {**row, "verdict": verdict, "why": magnitude(claim.paper_value, row["low"], row["high"])}
-
-
-def magnitude(paper_value: str, low: float | None, high: float | None) -> str:
-    """Where the paper's own ratio (``"1.26x"``) lies against the interval: a claim can hold in its
-    direction and still be far from the paper's size. Empty for values that are not one ratio."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)x", paper_value.strip())
-    if match is None or low is None:
-        return ""
-    value = float(match[1])
-    where = "inside" if low <= value <= high else "above" if value > high else "below"
-    return f"the paper's {value:g}x lies {where} the interval"
+    row.update(measure(claim, runs))
+    row["network"] = ""
+    if claim.simulated and row["verdict"] != UNMEASURED:
+        ends = {s: measure(claim, runs, {**claim.requires, "sim_inter_speed": s}) for s in SENSITIVITY}
+        measured = {s: m for s, m in ends.items() if m["verdict"] != UNMEASURED}
+        row["network"] = "; ".join(f"{s:g}x link: {_described(m, claim.quantity)}" for s, m in measured.items())
+        if any(m["verdict"] != row["verdict"] for m in measured.values()):
+            row["why"] += f"; {SENSITIVE}"
+    return {c: row.get(c) for c in COLUMNS}
 
 
 def table(runs: pd.DataFrame, claims: list[Claim] | None = None) -> pd.DataFrame:
@@ -186,4 +350,5 @@ def table(runs: pd.DataFrame, claims: list[Claim] | None = None) -> pd.DataFrame
 
 def read(path: Path) -> pd.DataFrame:
     """Read back the table that ``analysis.tables`` wrote."""
-    return pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in ("value", "low", "high")})
+    numbers = ("value", "low", "high", "coverage")
+    return pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in numbers})

@@ -1,4 +1,5 @@
-"""95 % bootstrap intervals over seeds: for a median, and for a ratio of two medians.
+"""Intervals over seeds: the exact order-statistic interval of a median (the claims' verdicts), and
+95 % bootstrap intervals for a median and a ratio of two medians (the tables).
 
 The report's numbers come from few seeds (3 to 5): an interval says which differences the seeds
 cannot tell apart. Percentile bootstrap (Efron and Tibshirani, "An Introduction to the Bootstrap",
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
+from scipy.stats import binom
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
@@ -54,3 +56,31 @@ def ratio_interval(numerator, denominator, seed: int = 0) -> tuple[float, float]
 def overlap(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
     """Whether two intervals share a point: the seeds cannot tell the two apart."""
     return bool(low_a <= high_b and low_b <= high_a)
+
+
+def order_coverage(n: int, k: int) -> float:
+    """How often ``[x_(k), x_(n+1-k)]`` of n values covers their distribution's median: one minus the
+    chance that k or more values fall on one side, 1 - 2 P(Bin(n, 1/2) <= k - 1)."""
+    return float(1.0 - 2.0 * binom.cdf(k - 1, n, 0.5))
+
+
+def median_order_interval(values, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """The distribution-free interval of a median, and its real coverage: ``[x_(k), x_(n+1-k)]`` of the
+    sorted values with the largest k whose coverage is at least ``confidence`` (Conover, "Practical
+    Nonparametric Statistics", 3rd ed., 1999, Sec. 3.2; it holds for any continuous law of the
+    values). Where n is too small for that (n <= 5 at 95 %) it is [min, max] at its own coverage:
+    93.8 % at 5 values, 87.5 % at 4. At 10 values, [x_(2), x_(9)], 97.9 %.
+
+    Unlike a percentile bootstrap of the median, which at 5 values also returns [min, max] but calls
+    it 95 %, the coverage returned is the one the interval has. Equal values give that value, with
+    coverage NaN: the law is not continuous (a deterministic simulated run repeats exactly)."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0]), float("nan")
+    k = 1
+    while k + 1 <= (n + 1) // 2 and order_coverage(n, k + 1) >= confidence:
+        k += 1
+    return float(x[k - 1]), float(x[n - k]), order_coverage(n, k)

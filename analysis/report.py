@@ -334,14 +334,17 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
 
 def claims_table(verdicts: pd.DataFrame) -> pd.DataFrame:
     """The claims as the report's first table: the claim, the paper's value, this suite's with its
-    95 % interval (a ratio) or its share of seeds (an ordering), the verdict, the conditions."""
+    interval and that interval's coverage, the verdict and why, the verdict with the inter-node link at
+    half and twice its speed, the conditions."""
 
     def measured(row: pd.Series) -> str:
         if pd.isna(row["value"]):
             return ""
-        if pd.isna(row["low"]):  # an ordering: the share of seeds in which it holds
-            return f"in {round(row['value'] * row['seeds'])} of {row['seeds']} seeds"
-        return f"{row['value']:.2f}× [{row['low']:.2f}, {row['high']:.2f}]"
+        ratio = row["quantity"] in claims.RATIOS  # else an ordering: the metric's gap
+        number = (lambda x: f"{x:.2f}×") if ratio else (lambda x: f"{x:+.2f}")
+        text = f"{number(row['value'])} [{number(row['low'])}, {number(row['high'])}]"
+        coverage = f", covers {row['coverage']:.1%}" if pd.notna(row["coverage"]) else ", every seed equal"
+        return f"{text} ({row['seeds']} seeds{coverage})"
 
     def verdict(row: pd.Series) -> str:
         return f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]
@@ -355,8 +358,9 @@ def claims_table(verdicts: pd.DataFrame) -> pd.DataFrame:
             "paper": verdicts["paper"],
             "claim": verdicts["claim"] + " (" + verdicts["source"] + ")",
             "paper's value": verdicts["paper_value"],
-            "this suite (95 % interval)": verdicts.apply(measured, axis=1),
+            "this suite [interval]": verdicts.apply(measured, axis=1),
             "verdict": verdicts.apply(verdict, axis=1),
+            "inter-node link ½× and 2×": verdicts["network"].fillna(""),
             "conditions": verdicts.apply(where, axis=1),
             "evidence": verdicts["suite"].map(
                 lambda x: f"Suite: {x.split(', ')[0]}" if isinstance(x, str) and x else ""
@@ -440,6 +444,7 @@ def render(files: dict) -> Path:
         contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
         claims=claims_table(verdicts).to_dict("records"),
         claim_counts=verdicts["verdict"].value_counts().to_dict(),
+        claim_rule=claims.RULE,
         summary=summary.to_dict("records"),
         summary_table=cells(summary),
         suites=[

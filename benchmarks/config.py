@@ -49,6 +49,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
+    "sim_inter_speed": (float, 1.0),  # simulated: inter-node bandwidth x and latency / this (the model's sensitivity)
 }
 
 
@@ -142,6 +143,11 @@ def _matches(value: object, expected: object) -> bool:
     return isinstance(value, expected)  # type: ignore[arg-type]
 
 
+# Hyper-parameters that take a fraction whatever their task's default (a warm-up of 5 of 160 epochs is
+# 0.3 of a 10-epoch run's).
+FRACTIONAL = {"warmup_epochs"}
+
+
 def _hparam_type(default: object) -> object:
     if isinstance(default, bool):
         return bool
@@ -180,7 +186,7 @@ def resolve(
         raise ConfigError(f"--seed must be a non-negative integer, got {seed}")
 
     namespaces = {
-        "hparams": {k: (_hparam_type(v), v) for k, v in task_obj.hparams.items()},
+        "hparams": {k: (float if k in FRACTIONAL else _hparam_type(v), v) for k, v in task_obj.hparams.items()},
         "algorithm_params": knobs,
         "settings": SETTINGS,
     }
@@ -320,6 +326,10 @@ def _check_values(config: RunConfig) -> None:
             )
         if s["sim_step_ms"] <= 0:
             raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
+        if s["sim_inter_speed"] <= 0:
+            raise ConfigError(
+                f"--set sim_inter_speed: must be positive (1: the preset's link), got {s['sim_inter_speed']}"
+            )
         try:
             cluster.network(s["sim_network"])
         except ValueError as error:

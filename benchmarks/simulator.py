@@ -55,7 +55,7 @@ class Clock:
     def __init__(self, s: dict[str, object], workers: int, params: int, seed: int) -> None:
         self.mean = s["sim_step_ms"] / 1000.0
         self.times = GammaTimes(s["straggler"], workers, self.mean, seed) if s["straggler"] in MACHINE_CV else None
-        self.link = cluster.network(s["sim_network"]).inter  # a worker and the master: two nodes
+        self.link = cluster.network(s["sim_network"], s["sim_inter_speed"]).inter  # a worker and the master: two nodes
         self.bytes = 4 * params  # fp32 vectors
 
     def compute(self, worker: int) -> float:

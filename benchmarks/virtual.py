@@ -1125,7 +1125,7 @@ class VirtualClock:
 def run_job(cfg, train: Callable) -> int:
     """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
     return the job's exit code (the first failing rank's, else 0)."""
-    network = cluster.network(cfg.settings["sim_network"])
+    network = cluster.network(cfg.settings["sim_network"], cfg.settings["sim_inter_speed"])
 
     def rank_main(rank: int, cluster: Cluster) -> int:
         launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)
