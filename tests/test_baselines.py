@@ -130,9 +130,9 @@ def test_post_local_sgd_matches_torch_post_local_sgd_optimizer(tmp_path):
 # ---- D-PSGD -----------------------------------------------------------------------------------------------
 
 
-def _dpsgd_mixing(rank: int, world: int) -> None:
+def _dpsgd_mixing(rank: int, world: int, segments: int = 1) -> None:
     model = Scalar(float(rank))
-    algo, opt = _build("dpsgd", rank, world, model, lr=0.0)
+    algo, opt = _build("dpsgd", rank, world, model, lr=0.0, segments=segments)
     with torch.no_grad():  # prepare() broadcasts rank 0's model; set the rank values after it
         algo.prepare(model, opt, algorithms.Plan(steps_per_epoch=1, epochs=1))
         model.w.fill_(float(rank))
@@ -145,8 +145,10 @@ def _dpsgd_mixing(rank: int, world: int) -> None:
     assert torch.allclose(mean, torch.full((3,), (world - 1) / 2))
 
 
-def test_dpsgd_mixing_keeps_the_mean():
-    run_on(4, _dpsgd_mixing)
+@pytest.mark.parametrize("segments", [1, 2])
+def test_dpsgd_mixing_keeps_the_mean(segments):
+    """The same values whether the model goes in one message or in rounds (WAGMA's D-PSGD)."""
+    run_on(4, _dpsgd_mixing, segments)
 
 
 # ---- SGP --------------------------------------------------------------------------------------------------

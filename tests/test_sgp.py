@@ -36,10 +36,11 @@ class Vector(nn.Module):
         return (a * self.w).sum() + 0.5 * b * (self.w * self.w).sum()
 
 
-def _build(rank: int, world: int, overlap: int, num_peers: int, momentum: float = 0.0):
+def _build(rank: int, world: int, overlap: int, num_peers: int, momentum: float = 0.0, segments: int = 1):
     model = Vector()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum)
-    algo = SGP(Topology(rank, nodes=world // 2, procs_per_node=2), num_peers=num_peers, overlap=overlap)
+    topology = Topology(rank, nodes=world // 2, procs_per_node=2)
+    algo = SGP(topology, num_peers=num_peers, overlap=overlap, segments=segments)
     algo.prepare(model, optimizer, algorithms.Plan(steps_per_epoch=STEPS, epochs=1))
     return model, optimizer, algo
 
@@ -60,8 +61,8 @@ def test_numerator_step_adds_the_update_not_w_times_it():
 
 
 def _network_average(rank: int, world: int) -> None:
-    for overlap, num_peers in [(0, 1), (1, 1), (2, 1), (1, 2), (2, 2)]:
-        model, optimizer, algo = _build(rank, world, overlap, num_peers)
+    for overlap, num_peers, segments in [(0, 1, 1), (1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (0, 2, 2)]:
+        model, optimizer, algo = _build(rank, world, overlap, num_peers, segments=segments)
         for t in range(STEPS):
             optimizer.zero_grad()
             model(torch.tensor(_coefficients(rank, t), dtype=torch.float64)).backward()
@@ -73,7 +74,7 @@ def _network_average(rank: int, world: int) -> None:
         # times lr 0.1: [1.25, 1.5, 1.5]; from X0 = [1, 2, 3]:
         expected = torch.tensor([-0.25, 0.5, 1.5], dtype=torch.float64)
         average = total[:-1] / total[-1]
-        label = f"overlap={overlap} num_peers={num_peers}"
+        label = f"overlap={overlap} num_peers={num_peers} segments={segments}"
         assert abs(total[-1].item() - world) < 1e-12, (label, total[-1].item())
         assert torch.allclose(average, expected, rtol=0, atol=1e-6), (label, average.tolist())
         assert torch.allclose(algo.eval_model().w.data, expected, rtol=0, atol=1e-6), label

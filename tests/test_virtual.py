@@ -117,6 +117,27 @@ def test_all_reduce_is_exact_and_ends_at_the_last_arrival_plus_the_ring():
         assert total == 10.0 and clock == pytest.approx(0.004 + ring)
 
 
+@pytest.mark.parametrize("segments", [1, 3])
+def test_a_delay_crosses_the_ring_within_a_step_when_the_model_goes_in_rounds(segments):
+    """D-PSGD on a ring of 6, rank 0 delayed 1 s before its exchange. One message: rank 3, three hops
+    away, waits for nobody that waited; 3 rounds, each waited for: the delay reaches rank 3 by the
+    third round (rank 1 in round 1, rank 2 in round 2), so it ends after 1 s; the values equal."""
+
+    def body(rank, cl):
+        virtual.init_process_group(rank, cl)
+        algo = algorithms.build("dpsgd", Topology(rank, nodes=6, procs_per_node=1), segments=segments)
+        if rank == 0:
+            cl.scheduler.advance(1.0)
+        own, received = algo.exchange([torch.full((6,), float(rank))])
+        return cl.scheduler.now(), sorted(float(t[0]) for t in received.values())
+
+    results = virtual.run(6, 1, NET, body)
+    assert results[3][1] == [2.0, 4.0]
+    waited = [now > 1.0 for now, _ in results]
+    assert waited[1] and waited[5]  # rank 0's neighbours wait either way
+    assert waited[2] == waited[3] == waited[4] == (segments == 3)
+
+
 def test_messages_can_be_charged_as_a_larger_models():
     """``sim_model_mb``: the digits CNN computes, ResNet-50's bytes are charged on the wire."""
 
