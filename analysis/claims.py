@@ -65,7 +65,7 @@ SENSITIVE = "sensitive to the network model"
 # The rule in words, for the report (the README and claims.yaml's header state the same).
 RULE = (
     f"reproduced: on the paper's side of 1, and the paper's value within the interval widened by "
-    f"{TOLERANCE - 1:.0%} each way (an ordering: in every seed, with at least {HALF_GAP:.0%} of the paper's "
+    f"{(TOLERANCE - 1) * 100:.0f} % each way (an ordering: in every seed, with at least half the paper's "
     f"gap); direction only: the paper's side, not its size; no effect: the interval within "
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
     f"interval holds 1, or under {MIN_SEEDS} seeds"
