@@ -61,6 +61,7 @@ from pathlib import Path
 import torch
 
 import algorithms
+from benchmarks import EXIT_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_S = {  # seconds each line may take on one GPU (its processes' timeout); typical use is a fifth
@@ -76,18 +77,7 @@ LAYOUTS = ((2, 2), (8, 1))
 EPOCHS = 2
 # The algorithms whose simulated 2x2 run follows the real job's trajectory (tests/test_virtual.py):
 # on the device it must follow the CPU's, within the device's rounding.
-DETERMINISTIC = (
-    "ddp",
-    "allreduce",
-    "local_sgd",
-    "post_local_sgd",
-    "dpsgd",
-    "sgp",
-    "daso",
-    "diloco",
-    "powersgd",
-    "horovod",
-)
+DETERMINISTIC = "ddp allreduce local_sgd post_local_sgd dpsgd sgp daso diloco powersgd horovod".split()
 LOSS_RTOL = 5e-3  # train and val loss at every evaluation; seen on an H200: 1.4e-4 (README, 4 algorithms)
 METRIC_ATOL = 0.01  # val accuracy: 3 of digits' 359 validation samples
 TRAINED_ATOL = 0.05  # the others' final accuracy against the CPU's; an untrained model scores 0.1
@@ -234,7 +224,7 @@ def real(algorithm: str) -> Callable[[Context, Line], str]:
         out = ctx.run(line, algorithm, 1, 1, f"real-{algorithm}", [f"device={ctx.device}", f"epochs={EPOCHS}"])
         done = _real_job(ctx, out)
         if algorithm == "ddp":
-            done += ", device_ids=[0]" if ctx.device == "cuda" else " (device_ids: CUDA only)"
+            done += ", DDP given device_ids=[0]" if ctx.device == "cuda" else " (device_ids: CUDA only)"
         return done
 
     return work
@@ -259,7 +249,8 @@ def resume(ctx: Context, line: Line) -> str:
     sets = [f"device={ctx.device}", f"epochs={EPOCHS}", "straggler=slow", "straggler_delay_ms=20"]
     out = ctx.tmp / "resume"
     command = ctx.command("ddp", 1, 1, out, sets)
-    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(ctx.tmp / "resume.log", "w") as log:  # a file, not a pipe that nobody reads while it runs
+        job = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         timeout = ctx.timeout(line)
         start = time.monotonic()
@@ -269,14 +260,15 @@ def resume(ctx: Context, line: Line) -> str:
             time.sleep(0.02)
         time.sleep(0.25)  # past the runner's stop check after the row (tests/distributed.py)
         job.send_signal(signal.SIGTERM)
-        _, err = job.communicate(timeout=ctx.timeout(line))
+        job.wait(timeout=ctx.timeout(line))
     finally:
         if job.poll() is None:
             job.kill()
             job.wait()
     stopped = _read_json(out / "summary.json")
-    if job.returncode != 75 or stopped.get("status") != "timeout":
-        raise Failed(f"the stop: exit {job.returncode}, {stopped.get('status')}: {err.strip()[-200:]}")
+    if job.returncode != EXIT_TIMEOUT or stopped.get("status") != "timeout":
+        said = (ctx.tmp / "resume.log").read_text().strip()[-200:]
+        raise Failed(f"the stop: exit {job.returncode}, {stopped.get('status')}: {said}")
     ctx.run(line, "ddp", 1, 1, "resume", sets)  # the same command again resumes
     log = (out / "log.txt").read_text()
     where = log.split("resumed at epoch ")[-1].split(",")[0].split("\n")[0] if "resumed at epoch" in log else ""
@@ -406,15 +398,13 @@ def run_line(ctx: Context, line: Line, report: Callable[[Line], None]) -> None:
     line.deadline = start + line.budget_s
     try:
         if line.kind != "cost" and start > ctx.deadline:
-            raise Skipped(f"not started: the check's {TOTAL_BUDGET_S} s ran out")
+            raise Skipped("not started: the check's budget (--budget-s) ran out")
         line.result, line.detail = "pass", line.work(ctx, line)
     except Skipped as reason:
         line.result, line.detail = "skip", str(reason)
     except Exception as error:  # noqa: BLE001 - the line's failure is its result
-        line.result, line.detail = (
-            "fail",
-            str(error) if isinstance(error, Failed) else f"{type(error).__name__}: {error}",
-        )
+        line.result = "fail"
+        line.detail = str(error) if isinstance(error, Failed) else f"{type(error).__name__}: {error}"
     line.seconds = time.monotonic() - start
     report(line)
 
@@ -506,16 +496,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def write_json(path: Path, info: dict[str, object], all_lines: list[Line], total_s: float) -> None:
-    rows = [
-        {
-            "check": line.check,
-            "result": line.result,
-            "detail": line.detail,
-            "seconds": round(line.seconds, 2),
-            "budget_s": line.budget_s,
-        }
-        for line in all_lines
-    ]
+    rows = [{k: getattr(line, k) for k in ("check", "result", "detail", "seconds", "budget_s")} for line in all_lines]
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps({**info, "total_s": round(total_s, 1), "lines": rows}, indent=1) + "\n")
@@ -537,9 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="the virtual-cluster lines' algorithms (default: all)",
     )
-    p.add_argument(
-        "--budget-s", type=float, default=TOTAL_BUDGET_S, help="no line starts after this, but the cost line"
-    )
+    p.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
     p.add_argument("--probe", choices=("workers", "pinned", "cost"), help=argparse.SUPPRESS)  # a line's own process
     p.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--device", help=argparse.SUPPRESS)
