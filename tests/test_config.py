@@ -270,12 +270,17 @@ def test_min_lr_is_checked_against_the_scaled_lr(tmp_path):
     ),
 )
 def test_every_config_resolves_every_run(name):
-    """Every run of every shipped matrix resolves (its keys, values and routing to algorithms), as the
-    Snakefile resolves them before the first job; data roots are checked when a run starts."""
+    """Every shipped matrix passes the schema and every run of it resolves (its keys, values and routing
+    to algorithms), as the Snakefile checks them before the first job; data roots are checked when a
+    run starts."""
     import yaml
 
+    from snakemake.utils import validate
+
     root = Path(__file__).resolve().parent.parent
-    matrices = config.matrices(yaml.safe_load((root / "config" / name).read_text()))
+    loaded = yaml.safe_load((root / "config" / name).read_text())
+    validate(loaded, schema=str(root / "config" / "schema.yaml"))  # as the Snakefile does: suite names and all
+    matrices = config.matrices(loaded)
     for m in matrices:
         for algorithm in config.available_algorithms(m["algorithms"]):
             for task in m["tasks"]:
