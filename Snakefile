@@ -25,11 +25,15 @@ import yaml
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
-from benchmarks import EXIT_TIMEOUT, naming  # noqa: E402
+from benchmarks import EXIT_TIMEOUT, controller, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
 
 STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
 CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m benchmarks.calibrate), beside its .png
+
+# One controller per directory; a restart after a killed one continues (benchmarks/controller.py).
+# Not in the job steps a cluster executor starts: those read this file too.
+CONTROLLER = controller.take_over(Path.cwd(), sys.argv[1:]) if workflow.is_main_process else None
 
 if not config:  # a --configfile replaces the default matrix instead of being merged into it
     config.update(yaml.safe_load(open(Path(workflow.basedir) / "config/config.yaml")))
@@ -166,7 +170,8 @@ rule run:
     shell:
         "code=0; {params.launcher} --algorithm {wildcards.algorithm}"
         " --task {wildcards.task} --nodes {wildcards.nodes} --procs-per-node {wildcards.ppn}"
-        " --seed {wildcards.seed} --out $(dirname {output}) {params.sets} --defer-wandb >> {log} 2>&1 || code=$?;"
+        " --seed {wildcards.seed} --out $(dirname {output}) {params.sets} --defer-wandb --keep-finished"
+        " >> {log} 2>&1 || code=$?;"
         " if [ $code -eq {EXIT_TIMEOUT} ]; then echo 'stopped at the time limit with a checkpoint;"
         " run snakemake again to resume' >> {log}; exit $code; fi;"
         " [ $code -eq 0 ] || test -f {output}"

@@ -8,8 +8,8 @@ or the reason) and the seconds it took. It runs the suite's own entry points, ``
 benchmarks.run`` and ``benchmarks.virtual_cost``, on the embedded ``digits`` task with wandb off:
 
 * **the virtual cluster on the device** (``clock=simulated``: P ranks as threads of one process, the
-  compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs, beside the same run on
-  the CPU. The synchronous family, whose simulated run follows the real job's trajectory
+  compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs (with ``KNOBS``, so that
+  each does its own work in them), beside the same run on the CPU. The synchronous family, whose simulated run follows the real job's trajectory
   (``tests/test_virtual.py``), must follow the CPU's (``LOSS_RTOL``, ``METRIC_ATOL``); the others,
   whose updates race or arrive in an order (threads, updaters, a parameter server), must train as
   they do on the CPU (``TRAINED_ATOL``). Their decisions follow the virtual clock, which is the
@@ -25,15 +25,17 @@ benchmarks.run`` and ``benchmarks.virtual_cost``, on the embedded ``digits`` tas
 * **the virtual cluster's cost**: simulated worker-steps per second at 64 ranks (16x4), on the
   device and on the CPU.
 
-Each line's budget is in ``BUDGET_S`` and enforced as its processes' timeout; the whole check stops
-starting lines at ``--budget-s`` (480 s), less the cost line's, which runs last and alone (it is a
-timing). Lines run side by side, the real jobs one at a time in a lane of their own.
+Each line's budget is in ``BUDGET_S``, enforced as its processes' timeout. No line starts after
+``--budget-s`` (480 s) less the cost line's budget; the cost line runs last and alone, as it is a
+timing. The lines run side by side, the real jobs one at a time in a lane of their own. On one GPU
+the whole check should take 2-4 minutes (an estimate: it has not yet run on one).
 
 ``--strict-stand-in`` runs the same lines on a CPU, with the strict device of ``tests/strict_device.py``
 as the accelerator (the tests use it: ``tests/test_device_check.py``); there the runs go through a
 forkserver that registers it first (``benchmarks/forkserver.py``). What only CUDA has (pinned
 memory) is a skip there; NCCL's role is played by the stand-in's own process groups, which keep
-NCCL's rules. ``--algorithms`` limits the virtual-cluster lines to some algorithms.
+NCCL's rules; every budget is 3x (``STAND_IN_SLOWER``). All 50 lines take about 8 minutes on 2 busy
+cores; ``--algorithms`` limits the virtual-cluster lines to some algorithms (the test runs 3).
 
 Exit codes: 0 no line failed (also where there is no accelerator: a line says so and nothing runs),
 1 some line failed, 2 bad arguments.
@@ -73,6 +75,7 @@ BUDGET_S = {  # seconds each line may take on one GPU (its processes' timeout); 
     "cost": 150,  # runs at 64 ranks: a warm-up, then 1 and 5 epochs, on the device and on the CPU
 }
 TOTAL_BUDGET_S = 480
+STAND_IN_SLOWER = 3  # the stand-in runs each operation in Python: its budgets are 3x (about 2.5x seen)
 LAYOUTS = ((2, 2), (8, 1))
 EPOCHS = 2
 # The algorithms whose simulated 2x2 run follows the real job's trajectory (tests/test_virtual.py):
@@ -85,7 +88,13 @@ NO_ACCELERATOR = (
     "device_check: no accelerator here (torch.cuda.is_available() is False): nothing checked. "
     "On a machine without a GPU, --strict-stand-in runs the same lines on the strict CPU stand-in."
 )
-KNOBS = {"lap_sgd": ["updaters=2"], "lpp_sgd": ["updaters=2"]}  # the digits model has no 4 blocks
+KNOBS = {  # each algorithm's own work within 2 epochs of digits, as tests/test_virtual.py sets it
+    "lap_sgd": ["updaters=2"],  # the digits model has no 4 blocks
+    "lpp_sgd": ["updaters=2"],
+    "powersgd": ["start_powerSGD_iter=10"],  # compressed from the 10th step (default: the 1000th)
+    "diloco": ["inner_steps=8"],  # outer steps (default: every 500th)
+    "daso": ["sync_warmup_epochs=1", "sync_cooldown_epochs=0"],  # past its warm-up: sends in flight
+}
 
 
 class Skipped(Exception):
@@ -103,14 +112,11 @@ class Line:
     check: str
     kind: str  # a key of BUDGET_S
     work: Callable[[Context, Line], str]  # returns the detail of a pass; raises Skipped or Failed
+    budget_s: float
     result: str = "not run"
     detail: str = ""
     seconds: float = 0.0
     deadline: float = 0.0
-
-    @property
-    def budget_s(self) -> float:
-        return BUDGET_S[self.kind]
 
 
 @dataclasses.dataclass
@@ -374,22 +380,23 @@ def run_probe(name: str, device: str, out: Path) -> None:
 # ---- the check -----------------------------------------------------------------------------------------
 
 
-def lines(names: list[str]) -> list[Line]:
-    """Every line, the real jobs first (they share one lane), the cost line last (it runs alone)."""
-    out = [
-        Line("real ddp 1x1: NCCL, device_ids", "real", real("ddp")),
-        Line("real allreduce 1x1: the runner's collectives", "real", real("allreduce")),
-        Line("real ddp 1x1: SIGTERM mid-epoch, resume", "resume", resume),
-        Line("real lap_sgd 1x1: 2 updater processes", "updaters", updaters("lap_sgd")),
-        Line("real lpp_sgd 1x1: 2 updater processes", "updaters", updaters("lpp_sgd")),
-        Line("loader: 2 worker processes", "loader", probe("workers")),
-        Line("loader: pinned memory", "loader", probe("pinned")),
+def lines(names: list[str], scale: float = 1.0) -> list[Line]:
+    """Every line, the real jobs first (they share one lane), the cost line last (it runs alone);
+    their budgets are ``BUDGET_S`` times ``scale``."""
+    checks = [
+        ("real ddp 1x1: NCCL, device_ids", "real", real("ddp")),
+        ("real allreduce 1x1: the runner's collectives", "real", real("allreduce")),
+        ("real ddp 1x1: SIGTERM mid-epoch, resume", "resume", resume),
+        ("real lap_sgd 1x1: 2 updater processes", "updaters", updaters("lap_sgd")),
+        ("real lpp_sgd 1x1: 2 updater processes", "updaters", updaters("lpp_sgd")),
+        ("loader: 2 worker processes", "loader", probe("workers")),
+        ("loader: pinned memory", "loader", probe("pinned")),
     ]
     for name in names:
         for nodes, ppn in LAYOUTS:
-            out.append(Line(f"virtual {name} {nodes}x{ppn}", "virtual", virtual(name, nodes, ppn)))
-    out.append(Line("virtual cluster's cost at 16x4", "cost", probe("cost")))
-    return out
+            checks.append((f"virtual {name} {nodes}x{ppn}", "virtual", virtual(name, nodes, ppn)))
+    checks.append(("virtual cluster's cost at 16x4", "cost", probe("cost")))
+    return [Line(check, kind, work, BUDGET_S[kind] * scale) for check, kind, work in checks]
 
 
 def run_line(ctx: Context, line: Line, report: Callable[[Line], None]) -> None:
@@ -453,15 +460,16 @@ def strict_forkserver(tmp: Path):
 def check(args: argparse.Namespace) -> int:
     device = "strict" if args.strict_stand_in else "cuda"
     begin = time.monotonic()
-    all_lines = lines(args.algorithms)
+    scale = STAND_IN_SLOWER if args.strict_stand_in else 1
+    all_lines = lines(args.algorithms, scale)
     lanes = max(2, min(8, (os.cpu_count() or 2) // 2))
     with tempfile.TemporaryDirectory(prefix="device_check-") as tmp, contextlib.ExitStack() as stack:
         runner = [sys.executable, "-m", "benchmarks.run"]
         if args.strict_stand_in:
             runner = stack.enter_context(strict_forkserver(Path(tmp)))
-        end = begin + args.budget_s
+        end = begin + (args.budget_s or TOTAL_BUDGET_S * scale)
         threads = max(1, (os.cpu_count() or 1) // lanes)
-        ctx = Context(device, args.strict_stand_in, runner, Path(tmp), threads, end - BUDGET_S["cost"], end)
+        ctx = Context(device, args.strict_stand_in, runner, Path(tmp), threads, end - all_lines[-1].budget_s, end)
         info = describe(ctx)
         shown = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("device", "stand_in"))
         header = f"device check on {device}{' (the strict CPU stand-in)' if ctx.stand_in else ''}: {shown}"
@@ -518,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="the virtual-cluster lines' algorithms (default: all)",
     )
-    p.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
+    p.add_argument(
+        "--budget-s", type=float, help=f"seconds for the whole check (default {TOTAL_BUDGET_S}; 3x on the stand-in)"
+    )
     p.add_argument("--probe", choices=("workers", "pinned", "cost"), help=argparse.SUPPRESS)  # a line's own process
     p.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--device", help=argparse.SUPPRESS)

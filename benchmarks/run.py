@@ -65,6 +65,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow writes all of its runs' in one process)",
     )
+    p.add_argument(
+        "--keep-finished",
+        action="store_true",
+        help="a finished run's folder (completed, diverged or failed) is kept as it is and the command "
+        "exits 0: how the workflow starts runs, so that a restarted workflow never trains one twice",
+    )
     p.add_argument("--list", action="store_true", help="list algorithms and tasks with their parameters")
     return p.parse_args(argv)
 
@@ -82,7 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_mod.resolve(
             args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed, args.out, args.overrides
         )
+        # The process that owns the run (not the ranks a local launch spawns, nor ranks 1.. of srun's)
+        # holds its folder's lock, so that a second start of it waits for this one. (detect() once:
+        # under mpirun and horovodrun it meets the other ranks.)
+        started = launcher.detect()
+        owner = started is None or (started.launcher != "local" and started.rank == 0)
+        lock = rundir.hold(cfg.out) if owner else None  # noqa: F841 - held until this process ends
+        finished = (rundir.read_summary(cfg.out) or {}).get("status")
+        if args.keep_finished and finished in rundir.FINISHED:
+            print(f"{cfg.out}: already finished ({finished}); kept as it is")
+            return 0
         rundir.refuse_finished(cfg.out)
+        if owner and (kept := rundir.keep_earlier_log(cfg.out)):
+            print(f"{cfg.out}: an earlier attempt left no checkpoint; starting again, its log kept as {kept.name}")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -90,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         code = simulator.simulate(cfg)  # P asynchronous workers' arrival order (the parameter server)
     elif cfg.settings["clock"] == "simulated":  # P ranks of this runner as threads, on the virtual cluster
         code = virtual.run_job(cfg, train)
-    elif (launch := launcher.detect()) is None:  # started plainly: be the launcher of a virtual cluster
+    elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
         code = launcher.run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
         print(

@@ -7,12 +7,15 @@ so a reader sees either no summary (the run is unfinished) or a whole one, never
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -59,6 +62,46 @@ def write_summary(cfg, status: str, **fields: object) -> dict[str, object]:
 def read_summary(out: Path) -> dict[str, object] | None:
     path = Path(out) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+# A summary with one of these statuses is a finished run: the workflow keeps it as it is. A ``timeout``
+# summary is a run stopped at a time limit with a checkpoint, which the same command resumes.
+FINISHED = ("completed", "diverged", "failed")
+
+
+def hold(out: Path) -> IO[str]:
+    """Take run directory ``out``'s lock (``run.lock``) for as long as the returned file stays open:
+    a second start of the same run (a workflow restarted while its first controller's run still
+    goes on, a Slurm job submitted twice) waits for the first to end instead of training a second
+    copy into the same folder. The OS drops the lock when its process ends, killed or not."""
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / "run.lock", "a+")  # noqa: SIM115 - held open for the run's life
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        print(f"{out}: waiting for the run already in progress there ({holder})", file=sys.stderr, flush=True)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def keep_earlier_log(out: Path) -> Path | None:
+    """A run that starts again from nothing (no summary, no checkpoint) starts with a log of its own:
+    an earlier attempt's ``log.txt`` is kept beside it as ``log.N.txt``, the first free N. Returns
+    where it went."""
+    log = Path(out) / "log.txt"
+    if not log.exists() or read_summary(out) is not None or checkpoint.latest(out) is not None:
+        return None
+    n = 1
+    while (kept := log.with_name(f"log.{n}.txt")).exists():
+        n += 1
+    log.rename(kept)
+    return kept
 
 
 def refuse_finished(out: Path) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -172,3 +174,62 @@ def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):
     assert "global_period=10" in _run_command(result.stdout, "wagma", "wagma-imagenet")
     assert "period=1" in _run_command(result.stdout, "local_sgd", "wagma-imagenet")
     assert "global_period=8" in _run_command(result.stdout, "wagma", "wagma-rl")
+
+
+# -- a controller killed, then the same command again -------------------------------------------------
+
+KILLED = {
+    "suite": "k", "algorithms": ["ddp", "local_sgd"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
+    "seeds": [0, 1], "set": {"epochs": 8, "checkpoint_every": 0, "wandb": False},
+}  # fmt: skip
+
+
+def _start(workdir: Path) -> subprocess.Popen:
+    command = [*SNAKEMAKE, "--cores", "1", "--configfile", "matrix.yaml"]
+    return subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(condition, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_killed_controller_is_continued_by_the_same_command_and_no_finished_run_trains_twice(tmp_path):
+    """SIGKILL to snakemake once a run has finished and the next is under way; the same command
+    again: the stale lock is cleared with a line, the finished run is kept as it was (summary and
+    log untouched), the interrupted one ends once, and every run finishes."""
+    workdir = _workdir(tmp_path, KILLED)
+    runs = workdir / "results/runs/k"
+    first = _start(workdir)
+    _wait_for(lambda: len(list(runs.glob("*/summary.json"))) >= 1 and len(list(runs.glob("*/log.txt"))) >= 2,
+              "one finished run and one under way")  # fmt: skip
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    done = {p.parent: (p.stat().st_mtime_ns, (p.parent / "log.txt").read_text()) for p in runs.glob("*/summary.json")}
+    result = _snakemake(workdir, "--cores", "1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "cleared the lock of a snakemake that no longer runs here" in result.stderr
+    for run_dir, (mtime, log) in done.items():
+        assert (run_dir / "summary.json").stat().st_mtime_ns == mtime, run_dir
+        assert (run_dir / "log.txt").read_text() == log, run_dir
+    summaries = sorted(runs.glob("*/summary.json"))
+    assert len(summaries) == 4 and all(json.loads(p.read_text())["status"] == "completed" for p in summaries)
+    for run_dir in runs.iterdir():  # each log holds one run; an attempt that started again keeps its own
+        assert (run_dir / "log.txt").read_text().count(" completed") == 1, run_dir
+
+
+def test_a_second_controller_on_the_same_directory_refuses_before_writing(tmp_path):
+    workdir = _workdir(tmp_path, KILLED)
+    first = _start(workdir)
+    try:
+        _wait_for(lambda: any((workdir / "results/runs/k").glob("*/log.txt")), "the first run to start")
+        second = _snakemake(workdir, "--cores", "1", timeout=120)
+        said = second.stderr + second.stdout
+        assert second.returncode != 0 and "another snakemake is running this workflow" in said
+        assert "Building DAG" not in said and "rule run" not in said  # it stopped before planning a job
+        assert _snakemake(workdir, "-n").returncode == 0  # a dry run takes nothing over: it still lists
+    finally:
+        first.terminate()
+        first.wait(timeout=120)
