@@ -67,7 +67,7 @@ def test_a_failing_line_is_reported_and_the_others_still_run(tmp_path):
         device_check.Line("b", "loader", skips, 60),
         device_check.Line("c", "loader", lambda ctx, line: "fine", 60),
     ]
-    ctx = device_check.Context("strict", True, [], tmp_path, 1, deadline=float("inf"), end=float("inf"))
+    ctx = device_check.Context("strict", True, [], tmp_path, 1, deadline=float("inf"))
     for line in lines:
         device_check.run_line(ctx, line, lambda line: None)
     assert [(line.result, line.detail) for line in lines] == [
