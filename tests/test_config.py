@@ -274,7 +274,6 @@ def test_every_config_resolves_every_run(name):
     to algorithms), as the Snakefile checks them before the first job; data roots are checked when a
     run starts."""
     import yaml
-
     from snakemake.utils import validate
 
     root = Path(__file__).resolve().parent.parent
