@@ -52,25 +52,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--procs-per-node", type=int, default=1, help="processes (GPUs) per node G")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="run directory to write")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a task hyper-parameter, algorithm knob or run setting (repeatable)",
+    knob = "override a task hyper-parameter, algorithm knob or run setting (repeatable)"
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=knob)
+    deferred = (
+        "leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow's, for all runs at once)"
     )
-    p.add_argument(
-        "--defer-wandb",
-        action="store_true",
-        help="leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow writes all of its runs' in one process)",
-    )
-    p.add_argument(
-        "--keep-finished",
-        action="store_true",
-        help="a finished run's folder (completed, diverged or failed) is kept as it is and the command "
-        "exits 0: how the workflow starts runs, so that a restarted workflow never trains one twice",
-    )
+    p.add_argument("--defer-wandb", action="store_true", help=deferred)
+    p.add_argument("--keep-finished", action="store_true", help="exit 0 on a finished run's folder (the workflow's)")
     p.add_argument("--list", action="store_true", help="list algorithms and tasks with their parameters")
     return p.parse_args(argv)
 
@@ -88,19 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_mod.resolve(
             args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed, args.out, args.overrides
         )
-        # The process that owns the run (not the ranks a local launch spawns, nor ranks 1.. of srun's)
-        # holds its folder's lock, so that a second start of it waits for this one. (detect() once:
-        # under mpirun and horovodrun it meets the other ranks.)
-        started = launcher.detect()
-        owner = started is None or (started.launcher != "local" and started.rank == 0)
-        lock = rundir.hold(cfg.out) if owner else None  # noqa: F841 - held until this process ends
-        finished = (rundir.read_summary(cfg.out) or {}).get("status")
-        if args.keep_finished and finished in rundir.FINISHED:
-            print(f"{cfg.out}: already finished ({finished}); kept as it is")
+        started = launcher.detect()  # once: under mpirun and horovodrun it meets the other ranks
+        if rundir.take(
+            cfg.out, started is None or (started.launcher != "local" and started.rank == 0), args.keep_finished
+        ):
             return 0
-        rundir.refuse_finished(cfg.out)
-        if owner and (kept := rundir.keep_earlier_log(cfg.out)):
-            print(f"{cfg.out}: an earlier attempt left no checkpoint; starting again, its log kept as {kept.name}")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -104,6 +104,28 @@ def keep_earlier_log(out: Path) -> Path | None:
     return kept
 
 
+_HELD: list[IO[str]] = []  # the run folder's lock, held by this process until it ends
+
+
+def take(out: Path, owner: bool, keep_finished: bool = False) -> bool:
+    """Start run ``out``; True when it is finished and ``keep_finished`` keeps it as it is (the
+    workflow's ``--keep-finished``: a restarted workflow never trains a run twice). The process that
+    owns the run (not the ranks a local launch spawns, nor ranks 1.. of srun's) holds its lock
+    (``hold``) for its life, so that a second start waits for this one; a finished run is otherwise
+    refused (``refuse_finished``); an attempt that left no checkpoint gets a log of its own
+    (``keep_earlier_log``)."""
+    if owner:
+        _HELD.append(hold(out))
+    status = (read_summary(out) or {}).get("status")
+    if keep_finished and status in FINISHED:
+        print(f"{out}: already finished ({status}); kept as it is")
+        return True
+    refuse_finished(out)
+    if owner and (kept := keep_earlier_log(out)):
+        print(f"{out}: an earlier attempt left no checkpoint; starting again, its log kept as {kept.name}")
+    return False
+
+
 def refuse_finished(out: Path) -> None:
     """Refuse a finished run's directory; a run stopped at a time limit (``timeout``) is resumed."""
     summary = read_summary(out)
