@@ -180,7 +180,7 @@ def test_wagma_paper_matrix_dry_run_lists_every_run(tmp_path):
 
 KILLED = {
     "suite": "k", "algorithms": ["ddp", "local_sgd"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2,
-    "seeds": [0, 1], "set": {"epochs": 8, "checkpoint_every": 0, "wandb": False},
+    "seeds": [0, 1], "set": {"epochs": 4, "checkpoint_every": 0, "wandb": False},
 }  # fmt: skip
 
 
