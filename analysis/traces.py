@@ -25,13 +25,14 @@ COLUMNS_PER_ROW = 3
 
 
 def trace_columns(curves: pd.DataFrame) -> list[tuple[str, str]]:
-    """``(algorithm, column)`` for every extra column that holds a number for that algorithm."""
+    """``(algorithm, column)`` for every extra column that holds numbers for that algorithm at two
+    epochs or more: a trace over epochs (a one-epoch run's single point is in its metrics.csv)."""
     extra = [c for c in curves.columns if c not in COMMON]
     pairs = []
     for algorithm, rows in curves.groupby("algorithm", sort=True):
         for column in extra:
             values = pd.to_numeric(rows[column], errors="coerce")
-            if values.notna().any():
+            if rows.loc[values.notna(), "epoch"].nunique() > 1:
                 pairs.append((algorithm, column))
     return pairs
 
@@ -69,7 +70,7 @@ def plot_traces(
         title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
         stem = naming.figure_stem("traces", suite, task, nodes, ppn)
         if not pairs:
-            fig = plotting.empty_figure("No algorithm here logs columns of its own in metrics.csv.", title)
+            fig = plotting.empty_figure("No algorithm here logs a column of its own in metrics.csv over two epochs or more.", title)
             paths += plotting.save(fig, out_dir, stem)
             continue
         n_rows = -(-len(pairs) // COLUMNS_PER_ROW)

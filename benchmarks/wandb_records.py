@@ -43,6 +43,10 @@ WANDB_KEYS = {
     "samples": "train/samples",
     "epoch": "epoch",
 }
+# A record is made after the run, on the host that writes it: that host's package list (0.4 s a
+# record to read), its system metrics and its machine's description are not the run's. The run's own
+# software and machine are its env.json, which goes into the record's config as ``env``.
+RECORD_SETTINGS = {"x_save_requirements": False, "x_disable_stats": True, "x_disable_meta": True, "disable_git": True}
 DONE = "record.json"  # in RUN/wandb: the summary a record was made from (a rerun's record is remade)
 
 
@@ -93,6 +97,8 @@ def _record(run_dir: Path, mode: str | None) -> bool:
     if not summary_path.is_file() or not config_path.is_file():
         return False
     summary, cfg = json.loads(summary_path.read_text()), json.loads(config_path.read_text())
+    env_path = run_dir / "env.json"
+    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
     settings = cfg["settings"]
     mode = mode or os.environ.get("WANDB_MODE") or settings["wandb_mode"]
     if summary.get("status") == "timeout" or not settings["wandb"] or mode == "disabled":
@@ -112,10 +118,11 @@ def _record(run_dir: Path, mode: str | None) -> bool:
         job_type=cfg["algorithm"],
         name=cfg["run_id"],
         tags=[cfg["task"], f"nodes={cfg['nodes']}", f"procs_per_node={cfg['procs_per_node']}", summary["status"]],
-        config=cfg,
+        config={**cfg, "env": env},
         dir=str(run_dir),
         mode=mode,
         reinit="create_new",
+        settings=wandb.Settings(**RECORD_SETTINGS),
     )
     try:
         metrics = run_dir / "metrics.csv"

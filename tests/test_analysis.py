@@ -548,6 +548,8 @@ def test_traces_find_every_extra_numeric_column(results: Path) -> None:
     curves = aggregate.load_curves(results)
     curves["phase"] = "warmup"  # a text column: no trace
     assert traces.trace_columns(curves) == [("allreduce", "bucket_mb")]
+    # a value at one epoch only is a point, not a trace
+    assert traces.trace_columns(curves[curves["epoch"] == 1]) == []
     band = traces.epoch_band(curves[curves["algorithm"] == "allreduce"], "bucket_mb")
     assert band["epoch"].tolist() == [1, 2] and band["median"].tolist() == [25.0, 25.0]
 

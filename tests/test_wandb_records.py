@@ -20,6 +20,7 @@ def make_run(path: Path, status: str = "completed", wandb: bool = True) -> Path:
         "2,44,2816,0.83,0.5982,0.4,0.9526,0.05,,0.25\n"
     )
     (path / "summary.json").write_text(json.dumps(dict(status=status, wall_s=0.83, time_to_target_s=0.83)))
+    (path / "env.json").write_text(json.dumps({"versions": {"torch": "9.9.9-test"}, "host": "node-test-1"}))
     return path
 
 
@@ -37,8 +38,10 @@ def test_a_finished_run_gets_one_offline_record_with_its_rows(tmp_path):
     run = make_run(tmp_path / "run")
     assert wandb_records.write([run])[0] == [run]
     record = the_record(run)
-    for text in (b"digits__sgp__n2x2__s0", b"val/metric", b"algo/ps_weight", b"time_to_target_s", b"0.9526"):
+    for text in (b"digits__sgp__n2x2__s0", b"val/metric", b"algo/ps_weight", b"time_to_target_s", b"0.9526", b"9.9.9-test"):
         assert text in record, text
+    # The run's own software and machine (env.json), not the recording host's package list
+    assert b"node-test-1" in record and b"requirements.txt" not in record
     # Made once: the same summary again writes nothing.
     assert wandb_records.write([run]) == ([], {})
     assert len(list((run / "wandb").glob("offline-run-*"))) == 1
