@@ -70,7 +70,9 @@ def plot_traces(
         title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
         stem = naming.figure_stem("traces", suite, task, nodes, ppn)
         if not pairs:
-            fig = plotting.empty_figure("No algorithm here logs a column of its own in metrics.csv over two epochs or more.", title)
+            fig = plotting.empty_figure(
+                "No algorithm here logs a column of its own in metrics.csv over two epochs or more.", title
+            )
             paths += plotting.save(fig, out_dir, stem)
             continue
         n_rows = -(-len(pairs) // COLUMNS_PER_ROW)

@@ -38,7 +38,14 @@ def test_a_finished_run_gets_one_offline_record_with_its_rows(tmp_path):
     run = make_run(tmp_path / "run")
     assert wandb_records.write([run])[0] == [run]
     record = the_record(run)
-    for text in (b"digits__sgp__n2x2__s0", b"val/metric", b"algo/ps_weight", b"time_to_target_s", b"0.9526", b"9.9.9-test"):
+    for text in (
+        b"digits__sgp__n2x2__s0",
+        b"val/metric",
+        b"algo/ps_weight",
+        b"time_to_target_s",
+        b"0.9526",
+        b"9.9.9-test",
+    ):
         assert text in record, text
     # The run's own software and machine (env.json), not the recording host's package list
     assert b"node-test-1" in record and b"requirements.txt" not in record
