@@ -133,15 +133,21 @@ def task_table() -> str:
 
 
 def task_hparams() -> str:
+    """The keys every task sets alike on one line; a table of the others, a row per task."""
     from benchmarks import tasks
 
     names = tasks.names()
-    keys = list(dict.fromkeys(k for name in names for k in tasks.get(name).hparams))
-    out = []
+    hparams = {name: tasks.get(name).hparams for name in names}
+    keys = list(dict.fromkeys(k for hp in hparams.values() for k in hp))
+    missing = object()
+    alike = [k for k in keys if len({repr(hp.get(k, missing)) for hp in hparams.values()}) == 1]
+    varying = [k for k in keys if k not in alike]
+    out = ["Alike in every task: " + ", ".join(f"`{k}={hparams[names[0]][k]!r}`" for k in alike) + ".\n"]
+    out.append("| task | " + " | ".join(f"`{k}`" for k in varying) + " |")
+    out.append("|---|" + "---|" * len(varying))
     for name in names:
-        hp = tasks.get(name).hparams
-        out.append(f"### `{name}`\n")
-        out.append(", ".join(f"`{k}={hp[k]!r}`" for k in keys if k in hp) + "\n")
+        cells = [f"`{hparams[name][k]!r}`" if k in hparams[name] else "" for k in varying]
+        out.append(f"| `{name}` | " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(out)
 
 
@@ -188,7 +194,9 @@ def configs() -> str:
             return ", ".join(values)
 
         suites = ", ".join(dict.fromkeys(e["suite"] for e in entries))
-        layout = ", ".join(dict.fromkeys(f"{e.get('nodes')} × {e.get('procs_per_node')}" for e in entries))
+        layout = ", ".join(
+            dict.fromkeys(f"{'/'.join(map(str, e.get('nodes') or []))} × {e.get('procs_per_node')}" for e in entries)
+        )
         out.append(
             f"| `config/{path.name}` | {suites} | {_cell(joined('algorithms'))} | {_cell(joined('tasks'))} "
             f"| {_cell(layout)} | {_cell(joined('seeds'))} |"
