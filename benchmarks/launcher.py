@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms import accelerator
-from benchmarks import EXIT_TIMEOUT, recorder, rundir
+from benchmarks import EXIT_TIMEOUT, netns, recorder, rundir
 from benchmarks.checkpoint import STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
@@ -287,11 +287,14 @@ class _ForkedRank:
     Forking instead of starting ``python -m benchmarks.run`` per rank saves each rank the imports
     (about 2.5 CPU-seconds, most of a small run's cost on a 2-core machine). The launcher has run no
     torch operation, so no thread pool or lock is inherited in use; the child calls ``entry(argv)``
-    in the torchrun-style environment, and never returns.
+    in the torchrun-style environment, and never returns. Given a network namespace (its virtual
+    node's, ``benchmarks/netns.py``), the child enters it first, before it opens any socket.
     The interface is ``subprocess.Popen``'s, as far as the launcher uses it.
     """
 
-    def __init__(self, entry: Callable[[list[str]], int], argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, entry: Callable[[list[str]], int], argv: list[str], env: dict[str, str], namespace: str | None = None
+    ) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         self.pid, self.returncode = os.fork(), None
@@ -299,6 +302,8 @@ class _ForkedRank:
             code = 1
             try:
                 _die_with_parent()
+                if namespace is not None:
+                    netns.enter(namespace)
                 os.environ.clear()
                 os.environ.update(env)
                 code = entry(argv)
@@ -394,7 +399,12 @@ def _die_with_parent() -> None:
 
 
 def spawn_local(
-    entry: Callable[[list[str]], int], argv: list[str], nodes: int, procs_per_node: int, threads: int
+    entry: Callable[[list[str]], int],
+    argv: list[str],
+    nodes: int,
+    procs_per_node: int,
+    threads: int,
+    network: netns.Network | None = None,
 ) -> tuple[int, str | None]:
     """Run ``entry(argv)`` (the runner's ``main``) as N×G local ranks; return (exit code, failure reason).
 
@@ -402,7 +412,12 @@ def spawn_local(
     5 s. SIGINT to the launcher does the same. SIGTERM or SIGUSR1 (a time limit) is forwarded to the
     ranks, which checkpoint and exit with ``EXIT_TIMEOUT``; the launcher then returns it too (also
     when a rank was still starting and died of the signal: no checkpoint, the next run starts afresh).
+
+    With an emulated ``network`` (``netns.emulated(nodes, rate_mbit)``), node i's ranks run in its
+    namespace and share its shaped link; the rendezvous is at node 0's address.
     """
+    if network is not None and network.nodes != nodes:
+        raise ValueError(f"an emulated network of {network.nodes} nodes for a run of {nodes}")
     world = nodes * procs_per_node
     if threads <= 0:
         threads = max(1, len(os.sched_getaffinity(0)) // procs_per_node)
@@ -414,8 +429,9 @@ def spawn_local(
     port = free_port()
     procs: list[subprocess.Popen] = []
     for rank in range(world):
-        env = dict(os.environ, **rank_environment(rank, nodes, procs_per_node, port, threads))
-        procs.append(_ForkedRank(entry, argv, env))
+        env = dict(os.environ, **rank_environment(rank, nodes, procs_per_node, port, threads, network))
+        namespace = None if network is None else network.namespaces[rank // procs_per_node]
+        procs.append(_ForkedRank(entry, argv, env, namespace))
 
     stop = {"signal": None}
 
@@ -452,16 +468,17 @@ def spawn_local(
     return (EXIT_TIMEOUT if any(codes) else 0), None
 
 
-def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg) -> int:
+def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network: netns.Network | None = None) -> int:
     """Be the launcher of ``cfg``'s virtual cluster (``spawn_local``), and leave its summary right.
 
     A run whose ranks died before rank 0 wrote a summary gets a ``failed`` one with the launcher's
     reason (rank 0 may have seen only its consequence, a closed connection: the cause is added), and
     one stopped at start-up by a time limit a ``timeout`` one, so that every ended run says how.
+    ``network`` is an emulated network for the ranks (``spawn_local``).
     """
     cfg.out.mkdir(parents=True, exist_ok=True)
     before = _stamp(cfg.out / "summary.json")
-    code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"])
+    code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"], network)
     summary = rundir.read_summary(cfg.out)
     ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / "summary.json") != before
     if reason and ended:  # every rank was past its last collective: a crash in teardown, not the run's
@@ -490,8 +507,21 @@ def _stamp(path: Path) -> int | None:
         return None
 
 
-def rank_environment(rank: int, nodes: int, procs_per_node: int, port: int, threads: int) -> dict[str, str]:
-    """The variables the local launcher gives ``rank``: torchrun's, with the virtual node as the node."""
+def rank_environment(
+    rank: int, nodes: int, procs_per_node: int, port: int, threads: int, network: netns.Network | None = None
+) -> dict[str, str]:
+    """The variables the local launcher gives ``rank``: torchrun's, with the virtual node as the node.
+
+    On an emulated network the rendezvous is node 0's address, and gloo takes the node's adapter
+    (``GLOO_SOCKET_IFNAME``): by default it takes the host name's address, which is not in the
+    node's namespace, or else loopback, which other nodes cannot reach.
+    """
+    if network is not None:
+        return dict(
+            rank_environment(rank, nodes, procs_per_node, port, threads),
+            MASTER_ADDR=network.addresses[0],
+            GLOO_SOCKET_IFNAME=network.interface,
+        )
     return dict(
         RANK=str(rank),
         WORLD_SIZE=str(nodes * procs_per_node),

@@ -1,0 +1,190 @@
+"""The emulated two-level network (``benchmarks/netns.py``): made and removed whole, shaped to its
+rate, and the local launcher's ranks each in their node's namespace.
+
+Every test needs root and ``ip netns``; elsewhere they skip and say why. The multi-process ones run
+in a subprocess: the launcher forks its ranks, which a pytest process that has run torch must not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import netns
+
+ROOT = Path(__file__).resolve().parent.parent
+OK, WHY = netns.available()
+needs_netns = pytest.mark.skipif(not OK, reason=f"no emulated network here: {WHY}")
+
+
+def test_unavailable_says_why(monkeypatch):
+    """Without root, no namespace is tried: ``available()`` says why, and the callers skip with it."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert netns.available() == (False, "emulated networks need root (ip netns, tc)")
+
+
+def _mine() -> list[str]:
+    """This process's namespaces (other sessions' tests may have theirs at the same time)."""
+    return [n for n in netns.ours() if n.startswith(f"{netns.PREFIX}-{os.getpid()}-")]
+
+
+def _ip_json(namespace: str, *args: str) -> list[dict]:
+    return json.loads(subprocess.run(["ip", "-n", namespace, "-j", *args], capture_output=True, check=True).stdout)
+
+
+@needs_netns
+def test_made_and_removed():
+    with netns.emulated(3, 100.0) as net:
+        assert len(net.namespaces) == 3 and set(net.namespaces) | {net.bridge} <= set(_mine())
+        for name, address in zip(net.namespaces, net.addresses, strict=True):
+            links = {link["ifname"]: link for link in _ip_json(name, "addr", "show")}
+            assert set(links) == {"lo", netns.INTERFACE}  # no way out of the namespace
+            assert "UP" in links["lo"]["flags"]
+            assert [a["local"] for a in links[netns.INTERFACE]["addr_info"] if a["family"] == "inet"] == [address]
+        qdiscs = subprocess.run(
+            ["tc", "-n", net.namespaces[1], "qdisc", "show", "dev", netns.INTERFACE], capture_output=True, text=True
+        ).stdout
+        toward = subprocess.run(["tc", "-n", net.bridge, "qdisc", "show", "dev", "n1"], capture_output=True, text=True)
+        assert "tbf" in qdiscs and "100Mbit" in qdiscs  # the node's upload
+        assert "tbf" in toward.stdout and "100Mbit" in toward.stdout  # and its download
+    assert _mine() == []
+
+    with pytest.raises(RuntimeError, match="in the body"), netns.emulated(2, 100.0) as net:
+        assert set(net.namespaces) <= set(_mine())
+        raise RuntimeError("in the body")
+    assert _mine() == []
+
+
+SIGNALLED = """
+import sys, time
+from benchmarks import netns
+with netns.emulated(2, 100.0) as net:
+    print(" ".join((*net.namespaces, net.bridge)), flush=True)
+    time.sleep(120)
+"""
+
+
+@needs_netns
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_removed_after_a_signal(signum):
+    """SIGTERM: the process removes its namespaces on its way out. SIGKILL leaves them, and
+    ``remove_stale`` removes them by their dead pid."""
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        names = proc.stdout.readline().split()
+        assert len(names) == 3 and set(names) <= set(netns.ours())
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == -signum
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if signum == signal.SIGKILL:
+        assert set(names) <= set(netns.ours())
+        assert set(names) <= set(netns.remove_stale())
+    assert not set(names) & set(netns.ours())
+
+
+@needs_netns
+@pytest.mark.slow  # forks a sender and a receiver
+def test_shaped_rate():
+    """40 MB at 200 Mbit/s (1.6 s) arrive within 15 % of the rate (TCP/IP headers take 4.4 % of it)."""
+    rate = 200.0
+    with netns.emulated(2, rate) as net:
+        measured = netns.measure(net, megabytes=40.0)
+        sent = netns.tx_bytes(net.namespaces[0])
+    assert abs(measured / rate - 1) < 0.15, f"{measured:.1f} Mbit/s measured on a {rate:g} Mbit/s link"
+    assert sent >= 40e6
+    assert _mine() == []
+
+
+RANKS = """
+import fcntl, json, socket, struct, sys
+import torch
+import torch.distributed as dist
+from benchmarks import launcher, netns
+
+out, per_node = sys.argv[1], 2
+
+def address(interface):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # SIOCGIFADDR
+        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", interface.encode()[:15]))
+    return socket.inet_ntoa(packed[20:24])
+
+def rank(argv):
+    launch = launcher.detect()
+    launcher.init_process_group(launch, 120.0, torch.device("cpu"))
+    namespaces = argv
+    node = launch.rank // per_node
+    mine = {"rank": launch.rank, "node": node, "address": address(netns.INTERFACE),
+            "in_node_namespace": netns.current_is(namespaces[node]), "master": launch.master_addr}
+    t = torch.full((1 << 22,), float(launch.rank + 1))  # 16 MB: the inter-node ring carries it
+    dist.all_reduce(t)
+    mine["sum"] = t[0].item()
+    seen = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, mine)
+    if launch.rank == 0:
+        with open(out, "w") as f:
+            json.dump(seen, f)
+    dist.destroy_process_group()
+    return 0
+
+with netns.emulated(2, 400.0) as net:
+    code, reason = launcher.spawn_local(rank, list(net.namespaces), 2, per_node, 1, network=net)
+    sent = [netns.tx_bytes(n) for n in net.namespaces]
+    print(json.dumps({"code": code, "reason": reason, "addresses": net.addresses, "sent": sent}))
+"""
+
+
+@needs_netns
+def test_gloo_ranks_in_their_nodes_namespaces(tmp_path):
+    """2 nodes x 2 ranks: each rank is in its node's namespace at its node's address, and an
+    all_reduce over gloo crosses the shaped links."""
+    out = tmp_path / "ranks.json"
+    done = subprocess.run(
+        [sys.executable, "-c", RANKS, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0, (result, done.stderr)
+    ranks = json.loads(out.read_text())
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    for r in ranks:
+        assert r["in_node_namespace"], r
+        assert r["address"] == result["addresses"][r["node"]]
+        assert r["master"] == result["addresses"][0]
+        assert r["sum"] == 10.0
+    assert min(result["sent"]) > 4e6  # each node sent its share of 16 MB over its own link
+
+
+RUN = """
+import json, sys
+from benchmarks import launcher, netns, run
+
+plain = launcher.run_locally
+with netns.emulated(2, 400.0) as net:
+    launcher.run_locally = lambda entry, argv, cfg: plain(entry, argv, cfg, network=net)
+    code = run.main(sys.argv[1:])
+    print(json.dumps({"code": code, "sent": [netns.tx_bytes(n) for n in net.namespaces]}))
+"""
+
+
+@needs_netns
+def test_run_on_the_emulated_network(tmp_path):
+    """A tiny ``benchmarks.run`` (DDP, digits, 2 nodes x 2 ranks) completes with its nodes' ranks in
+    their namespaces: the wiring a run setting would use."""
+    out = tmp_path / "run"
+    argv = ["--algorithm", "ddp", "--task", "digits", "--nodes", "2", "--procs-per-node", "2", "--seed", "1"]
+    argv += ["--out", str(out), "--set", "wandb=false", "--set", "epochs=1"]
+    done = subprocess.run([sys.executable, "-c", RUN, *argv], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert min(result["sent"]) > 100e3, result  # the gradients' all-reduce crossed both links
