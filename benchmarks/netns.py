@@ -16,6 +16,10 @@ removes its namespaces on leaving its ``with`` block, also when the block raises
 SIGHUP (where those are not handled otherwise) and at the interpreter's exit; what a SIGKILL
 leaves behind, ``remove_stale()`` (``python -m benchmarks.netns cleanup``) removes by its pid.
 
+No name server is reachable from the namespaces either: c10d's warning that "the hostname of the
+client socket cannot be retrieved" is that, and harmless; a rank that needs the internet (a dataset's
+download, wandb online) cannot run there.
+
 ``tbf`` is in this kernel, ``netem`` is not: the links have a rate, no added delay. It needs root
 and iproute2; ``available()`` says whether this machine allows it, and why not.
 
