@@ -1,9 +1,10 @@
 """Resolve one run's configuration from the command line, checked before any process starts.
 
 Every ``--set key=value`` is looked up in three flat namespaces (the task's hyper-parameters, the
-algorithm's knobs, the run settings below); a key in none of them, or a value of the wrong type, is
-a ``ConfigError`` whose message names the fix. Values are parsed as YAML scalars and lists, so
-``lr=0.1``, ``nesterov=true`` and ``milestones=[80,120]`` all work.
+algorithm's knobs, the run settings below); a key in none of them, a value of the wrong type, or a
+setting that the run's clock ignores (``CLOCK_ONLY``) is a ``ConfigError`` whose message names the
+fix. Values are parsed as YAML scalars and lists, so ``lr=0.1``, ``nesterov=true`` and
+``milestones=[80,120]`` all work.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "wandb": (bool, True),
     "wandb_project": (str, "dp-bench"),
     "wandb_mode": (str, "offline"),  # offline | online | disabled; WANDB_MODE in the environment wins
-    "collective_timeout_s": (float, 300.0),  # a collective that hangs longer fails the run
+    "collective_timeout_s": (float, 300.0),  # wall: a collective that hangs longer fails the run
     "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
     "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
     "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
@@ -50,6 +51,15 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
     "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
     "sim_inter_speed": (float, 1.0),  # simulated: inter-node bandwidth x and latency / this (the model's sensitivity)
+}
+
+
+# The settings that only one clock reads, which a run on the other clock refuses (``refuse_ignored``)
+# rather than ignore in silence: the simulated clock's time model (``sim_*``) means nothing to a real
+# job, and the virtual cluster's and the simulator's waits have no timeout to set.
+CLOCK_ONLY: dict[str, set[str]] = {
+    "simulated": {k for k in SETTINGS if k.startswith("sim_")},
+    "wall": {"collective_timeout_s"},
 }
 
 
@@ -192,9 +202,11 @@ def resolve(
     }
     values = {ns: {k: d for k, (_, d) in spec.items()} for ns, spec in namespaces.items()}
     known = {k: ns for ns, spec in namespaces.items() for k in spec}
+    given = []
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
+        given.append(key)
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected key=value, for example --set lr=0.1")
         if key not in known:
@@ -208,6 +220,7 @@ def resolve(
         values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
 
     config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
+    refuse_ignored(config.settings["clock"], given, defaulted="clock" not in given)
     reason = algorithms.get(algorithm).unavailable(simulated=config.settings["clock"] == "simulated")
     if reason:
         raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
@@ -221,6 +234,28 @@ def resolve(
         except tasks.DataRootError as error:
             raise ConfigError(str(error)) from None
     return config
+
+
+def ignored_settings(clock: str) -> set[str]:
+    """The settings a run on ``clock`` ignores: those only another clock reads (none for a value that
+    is no clock, which ``_check_values`` refuses)."""
+    if clock not in CLOCK_ONLY:
+        return set()
+    return set().union(*(keys for other, keys in CLOCK_ONLY.items() if other != clock))
+
+
+def refuse_ignored(clock: str, keys: list[str], defaulted: bool = False) -> None:
+    """Refuse the ``--set`` keys of ``keys`` that a run on ``clock`` would ignore: a setting with no
+    effect would otherwise let a run look like what it is not (a real job "on" a simulated network).
+    ``defaulted``: the run's clock is the default, not given."""
+    ignored = [k for k in dict.fromkeys(keys) if k in ignored_settings(clock)]
+    if ignored:
+        (other,) = (c for c in CLOCK_ONLY if c != clock)
+        names, default = ", ".join(ignored), " (the default)" if defaulted else ""
+        raise ConfigError(
+            f"--set {names}: applies only to clock={other}, and this run's clock is {clock}{default}, which "
+            f"ignores {'it' if len(ignored) == 1 else 'them'}; add --set clock={other}, or leave {names} out"
+        )
 
 
 def lr_scale(algorithm: str, world_size: int) -> int:
@@ -438,13 +473,23 @@ def matrices(config: dict[str, object]) -> list[dict[str, object]]:
     environment or recipe, such as DANA's homogeneous and heterogeneous runs). Each entry inherits
     every top-level key it does not give; its ``set`` is merged over the top-level one. Suites must
     differ, since a run's identity within a suite is task, algorithm, nodes and seed.
+
+    Under ``matrices:`` the top-level ``set`` is every matrix's default, whatever its clock: a key of
+    it that a matrix's clock ignores (``ignored_settings``) is left out of that matrix's runs, and one
+    that every matrix's clock ignores is an error. A key of an entry's own ``set`` (or of a config's
+    only matrix) that its clock ignores is refused when its runs are resolved (``check_matrix``).
     """
     base = {k: config[k] for k in MATRIX_KEYS if k in config}
     entries = config.get("matrices") or [{}]
-    result, suites = [], set()
+    defaults = set(base.get("set", {})) if config.get("matrices") else set()
+    result, suites, read = [], set(), set()
     for n, entry in enumerate(entries):
         m = {**base, **{k: v for k, v in entry.items() if k != "set"}}
         m["set"] = {**base.get("set", {}), **entry.get("set", {})}
+        clock = str(m["set"].get("clock", SETTINGS["clock"][1]))
+        dropped = (defaults - set(entry.get("set", {}))) & ignored_settings(clock)
+        m["set"] = {k: v for k, v in m["set"].items() if k not in dropped}
+        read |= defaults - dropped
         missing = [k for k in MATRIX_KEYS if k not in m]
         if missing:
             raise ConfigError(
@@ -456,4 +501,12 @@ def matrices(config: dict[str, object]) -> list[dict[str, object]]:
         suites.add(m["suite"])
         m["overrides"] = [f"{k}={yaml_value(v)}" for k, v in m["set"].items()]
         result.append(m)
+    unread = sorted(defaults - read)
+    if unread:
+        owner = {k: clock for clock, keys in CLOCK_ONLY.items() for k in keys}
+        names = ", ".join(f"{k} (clock={owner[k]} only)" for k in unread)
+        raise ConfigError(
+            f"set: {names} at the top level: no matrix of this config runs on that clock, so no run reads "
+            "it; leave it out, or run a matrix on that clock"
+        )
     return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import importlib.metadata
 import json
 import os
 import platform
@@ -157,14 +158,55 @@ def git_commit() -> dict[str, object]:
     return {"git_commit": commit or None, "git_dirty": dirty if commit else None}
 
 
+# The libraries the suite uses (pyproject.toml, envs/), by distribution name, with the module each is
+# imported as. env.json records each one's installed version whether or not the run imported it: a
+# run that never imports wandb or horovod still ran with the ones installed, and two runs' software
+# differs in them all the same.
+LIBRARIES = {
+    "torch": "torch",
+    "torchvision": "torchvision",
+    "numpy": "numpy",
+    "pandas": "pandas",
+    "matplotlib": "matplotlib",
+    "scikit-learn": "sklearn",
+    "scipy": "scipy",
+    "pillow": "PIL",
+    "mnist1d": "mnist1d",
+    "sacrebleu": "sacrebleu",
+    "sentencepiece": "sentencepiece",
+    "gymnasium": "gymnasium",
+    "minigrid": "minigrid",
+    "pyyaml": "yaml",
+    "tqdm": "tqdm",
+    "jinja2": "jinja2",
+    "wandb": "wandb",
+    "snakemake": "snakemake",
+    "snakemake-executor-plugin-slurm": "snakemake_executor_plugin_slurm",
+    "mpi4py": "mpi4py",
+    "mpich": "mpich",
+    "horovod": "horovod",
+}
+
+
+def library_versions() -> dict[str, str | None]:
+    """Each of ``LIBRARIES``' installed version, ``None`` where it is not installed: one metadata
+    lookup each, not a walk over every installed distribution. A module imported from where no
+    metadata describes it (a site's PyTorch module on ``PYTHONPATH``) is installed all the same: its
+    ``__version__`` stands in."""
+    versions: dict[str, str | None] = {}
+    for name, module in LIBRARIES.items():
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = getattr(sys.modules.get(module), "__version__", None)
+    return versions
+
+
 def environment(
     backend: str, launcher: str, hosts: list[str], device: torch.device, slurm_job_id: str | None, threads: int
 ) -> dict[str, object]:
     """What env.json records: enough to tell two runs' machines and software apart."""
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("torchvision", "numpy", "wandb", "mpi4py", "horovod"):
-        module = sys.modules.get(name)
-        versions[name] = getattr(module, "__version__", None) if module else None
+    versions = {"python": platform.python_version(), **library_versions()}
     if device.type == "cuda":
         devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     else:

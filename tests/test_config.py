@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import re
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -75,6 +78,84 @@ def test_check_matrix_rejects_a_key_no_run_knows():
     config.check_matrix(["ddp", "allreduce"], ["digits"], [1, 2], 2, ["bucket_cap_mb=10", "lr=0.1"])
     with pytest.raises(config.ConfigError, match="unknown key"):
         config.check_matrix(["ddp"], ["digits"], [1], 2, ["no_such_knob=1"])
+
+
+def test_a_setting_the_runs_clock_ignores_is_refused_naming_the_clock_it_needs(tmp_path):
+    """``sim_*`` on a wall-clock run, ``collective_timeout_s`` on a simulated one: each would do nothing."""
+    with pytest.raises(config.ConfigError) as error:
+        config.resolve("ddp", "digits", 1, 2, 0, tmp_path, ["sim_network=juwels_booster", "sim_step_ms=5"])
+    assert str(error.value) == (
+        "--set sim_network, sim_step_ms: applies only to clock=simulated, and this run's clock is wall (the "
+        "default), which ignores them; add --set clock=simulated, or leave sim_network, sim_step_ms out"
+    )
+    with pytest.raises(config.ConfigError, match=r"collective_timeout_s: applies only to clock=wall.*simulated"):
+        config.resolve("ddp", "digits", 1, 2, 0, tmp_path, ["clock=simulated", "collective_timeout_s=60"])
+    for clock, key in (("simulated", "sim_network=piz_daint"), ("wall", "collective_timeout_s=60")):
+        config.resolve("ddp", "digits", 1, 2, 0, tmp_path, [f"clock={clock}", key])
+    assert config.ignored_settings("wall") == {k for k in config.SETTINGS if k.startswith("sim_")}
+    assert config.ignored_settings("simulated") == {"collective_timeout_s"}
+
+
+def _two_clocks(top: dict[str, object], wall: dict[str, object], simulated: dict[str, object]) -> dict[str, object]:
+    """A workflow config of a wall-clock matrix and a simulated one, ``top`` the top-level ``set``."""
+    common = {"algorithms": ["allreduce"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2, "seeds": [0]}
+    return {
+        "suite": "t",
+        **common,
+        "set": top,
+        "matrices": [{"suite": "t-wall", "set": wall}, {"suite": "t-sim", "set": {"clock": "simulated", **simulated}}],
+    }
+
+
+def _check(m: dict[str, object]) -> None:
+    config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
+
+
+def test_a_matrix_wide_default_that_a_matrixs_clock_ignores_is_left_out_of_its_runs():
+    """The top-level ``set`` is every matrix's default: each matrix's runs get the keys their clock reads."""
+    top = {"sim_network": "piz_daint", "collective_timeout_s": 120.0, "epochs": 3}
+    wall, sim = config.matrices(_two_clocks(top, {}, {}))
+    assert set(wall["overrides"]) == {"collective_timeout_s=120.0", "epochs=3"}
+    assert set(sim["overrides"]) == {"sim_network=piz_daint", "epochs=3", "clock=simulated"}
+    assert "sim_network" not in wall["set"] and "collective_timeout_s" not in sim["set"]
+    for m in (wall, sim):
+        _check(m)
+    # a matrix that gives the key itself is refused as a run would be
+    wall, _ = config.matrices(_two_clocks(top, {"sim_network": "juwels_booster"}, {}))
+    with pytest.raises(config.ConfigError, match="sim_network: applies only to clock=simulated"):
+        _check(wall)
+
+
+def test_a_matrixs_own_key_that_its_clock_ignores_is_refused_before_the_workflow_starts():
+    _, sim = config.matrices(_two_clocks({}, {}, {"collective_timeout_s": 60}))
+    with pytest.raises(config.ConfigError, match="collective_timeout_s: applies only to clock=wall"):
+        _check(sim)
+    # a config's only matrix: its ``set`` is its own
+    (only,) = config.matrices({**_two_clocks({"sim_step_ms": 5}, {}, {}), "matrices": None})
+    with pytest.raises(config.ConfigError, match="sim_step_ms: applies only to clock=simulated"):
+        _check(only)
+    # a top-level key that no matrix's clock reads
+    both_wall = _two_clocks({"sim_step_ms": 5}, {}, {})
+    both_wall["matrices"][1]["set"] = {}
+    with pytest.raises(config.ConfigError, match=r"sim_step_ms \(clock=simulated only\) at the top level"):
+        config.matrices(both_wall)
+
+
+def test_env_json_records_every_library_installed_whether_the_run_imported_it_or_not(monkeypatch):
+    """Versions from the installed metadata: wandb is recorded by a run that never imports it; a library
+    that is not installed is ``None``; a module imported from where no metadata describes it gives its own."""
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    env = rundir.environment("gloo", "local", ["h"], torch.device("cpu"), None, 1)
+    assert "wandb" not in sys.modules  # looked up, not imported
+    for name in ("wandb", "torchvision", "torch", "numpy", "pandas", "scikit-learn", "scipy", "snakemake", "pyyaml"):
+        assert env[name] == importlib.metadata.version(name), name
+    expected = {"mpi4py", "horovod", "mnist1d", "matplotlib", "tqdm", "jinja2", "python", "torch", "numpy"}
+    assert expected <= set(env)
+    monkeypatch.setitem(rundir.LIBRARIES, "no-such-distribution", "no_such_module")
+    monkeypatch.setitem(rundir.LIBRARIES, "no-metadata-here", "module_without_metadata")
+    monkeypatch.setitem(sys.modules, "module_without_metadata", SimpleNamespace(__version__="1.2.3"))
+    env = rundir.environment("gloo", "local", ["h"], torch.device("cpu"), None, 1)
+    assert env["no-such-distribution"] is None and env["no-metadata-here"] == "1.2.3"
 
 
 def test_lr_schedule_warmup_cosine_and_step():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
 import time
 from pathlib import Path
@@ -39,6 +40,9 @@ def test_ddp_on_digits_writes_the_four_files(tmp_path, run_benchmark):
     assert summary["best_metric"] >= 0.95 and summary["world_size"] == 4
     env = json.loads((out / "env.json").read_text())
     assert env["backend"] == "gloo" and env["launcher"] == "local" and len(env["hosts_by_rank"]) == 4
+    # the installed versions, though the ranks never import wandb or torchvision
+    assert env["wandb"] == importlib.metadata.version("wandb")
+    assert env["torchvision"] == importlib.metadata.version("torchvision")
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("epoch,step,samples,wall_s,train_loss,val_loss,val_metric,lr,comm_s")
     assert len(rows) == 1 + json.loads((out / "config.json").read_text())["hparams"]["epochs"]
@@ -97,6 +101,18 @@ def test_allreduce_records_communication_time(tmp_path, run_benchmark):
             "--set data_root=DIR",
         ),
         (["--algorithm", "ddp", "--task", "digits", "--nodes", "0"], "--nodes must be a positive integer"),
+        # a setting the run's clock ignores
+        (
+            ["--algorithm", "ddp", "--task", "digits", "--nodes", "1", "--procs-per-node", "2", "--seed", "0"]
+            + ["--set", "sim_network=juwels_booster"],
+            "--set sim_network: applies only to clock=simulated, and this run's clock is wall (the default), "
+            "which ignores it; add --set clock=simulated, or leave sim_network out",
+        ),
+        (
+            ["--algorithm", "allreduce", "--task", "digits", "--set", "clock=simulated"]
+            + ["--set", "collective_timeout_s=60"],
+            "--set collective_timeout_s: applies only to clock=wall",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_fix(tmp_path, args, expected, run_benchmark):

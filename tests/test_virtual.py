@@ -716,7 +716,8 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
         with pytest.raises(run_config.ConfigError, match=message):
             sets = ["clock=simulated", f"sim_network={tmp_path / spec}"]
             run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
-    assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", [f"sim_network={tmp_path / 'net.json'}"])
+    sets = ["clock=simulated", f"sim_network={tmp_path / 'net.json'}"]
+    assert run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
 
 
 _CAPTURED = dict(cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=600, check=False)
