@@ -40,6 +40,10 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "straggler": (str, "none"),  # none | fixed | slow | gamma | gamma_het (benchmarks/stragglers.py)
     "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step; slow: the slow ranks
     "straggler_delay_ms": (float, 0.0),  # fixed, slow: delay of each delayed rank; gamma*: mean delay
+    "link_mbit": (
+        float,
+        0.0,
+    ),  # wall, local, root: each node's ranks share one link of this rate (benchmarks/netns.py); 0: loopback
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_step_source": (
@@ -59,7 +63,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
 # job, and the virtual cluster's and the simulator's waits have no timeout to set.
 CLOCK_ONLY: dict[str, set[str]] = {
     "simulated": {k for k in SETTINGS if k.startswith("sim_")},
-    "wall": {"collective_timeout_s"},
+    "wall": {"collective_timeout_s", "link_mbit"},
 }
 
 
@@ -369,6 +373,10 @@ def _check_values(config: RunConfig) -> None:
             cluster.network(s["sim_network"])
         except ValueError as error:
             raise ConfigError(f"--set sim_network: {error}") from None
+    if s["link_mbit"] < 0:
+        raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s['link_mbit']}")
+    if s["link_mbit"] > 0:
+        _check_emulated_network(s)
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
     if s["straggler"] in ("fixed", "slow") and not 0 < s["straggler_ranks"] <= workers:
@@ -510,3 +518,23 @@ def matrices(config: dict[str, object]) -> list[dict[str, object]]:
             "it; leave it out, or run a matrix on that clock"
         )
     return result
+
+
+def _check_emulated_network(s: dict) -> None:
+    """``link_mbit`` shapes the links of network namespaces that the local launcher makes: it needs
+    root and ``ip netns``, gloo on the CPU (NCCL's shared-memory paths would bypass the shaping), and
+    a launch from this machine (under srun or mpirun the ranks are started elsewhere)."""
+    import torch  # noqa: PLC0415
+
+    from benchmarks import launcher, netns  # noqa: PLC0415 - only where the setting is used
+
+    if s["device"] == "cuda" or (s["device"] == "auto" and torch.cuda.is_available()):
+        raise ConfigError("--set link_mbit: the emulated network carries gloo on the CPU; add --set device=cpu")
+    started = launcher.detect()
+    if started is not None and started.launcher == "local":
+        return  # a rank of the local launcher, inside the network that its launcher checked and made
+    if started is not None:
+        raise ConfigError("--set link_mbit: the emulated network is for local launches; start the run plainly")
+    ok, why = netns.available()
+    if not ok:
+        raise ConfigError(f"--set link_mbit: no emulated network here ({why}); leave link_mbit out (0)")

@@ -13,6 +13,7 @@ hanging it. Horovod needs no launcher of its own: where neither horovodrun nor M
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import logging
@@ -474,11 +475,18 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
     A run whose ranks died before rank 0 wrote a summary gets a ``failed`` one with the launcher's
     reason (rank 0 may have seen only its consequence, a closed connection: the cause is added), and
     one stopped at start-up by a time limit a ``timeout`` one, so that every ended run says how.
-    ``network`` is an emulated network for the ranks (``spawn_local``).
+    ``network`` is an emulated network for the ranks (``spawn_local``); by default the run's
+    ``link_mbit`` setting makes one for the run's life (none at 0).
     """
     cfg.out.mkdir(parents=True, exist_ok=True)
     before = _stamp(cfg.out / "summary.json")
-    code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"], network)
+    made = (
+        netns.for_run(cfg.nodes, cfg.settings.get("link_mbit", 0.0))
+        if network is None
+        else contextlib.nullcontext(network)
+    )
+    with made as network:
+        code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"], network)
     summary = rundir.read_summary(cfg.out)
     ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / "summary.json") != before
     if reason and ended:  # every rank was past its last collective: a crash in teardown, not the run's

@@ -144,6 +144,12 @@ def emulated(
         _unregister(group)
 
 
+def for_run(nodes: int, rate_mbit: float) -> contextlib.AbstractContextManager[Network | None]:
+    """A run's network: ``emulated(nodes, rate_mbit)`` for a positive rate (the ``link_mbit`` run
+    setting), else None, the machine's own loopback."""
+    return emulated(nodes, rate_mbit) if rate_mbit > 0 else contextlib.nullcontext()
+
+
 def enter(name: str) -> None:
     """Move the calling thread into network namespace ``name``; every socket it opens from then on is
     that namespace's. Call it in a forked child before it opens any socket (a process's existing

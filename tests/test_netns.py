@@ -188,3 +188,36 @@ def test_run_on_the_emulated_network(tmp_path):
     assert result["code"] == 0
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert min(result["sent"]) > 100e3, result  # the gradients' all-reduce crossed both links
+
+
+@needs_netns
+def test_the_link_mbit_setting_runs_on_a_link_of_that_rate(tmp_path, run_benchmark):
+    """``--set link_mbit=R``: the run's nodes talk over links of R Mbit/s, so its time is at least its
+    inter-node bytes at that rate (a ring all-reduce on 2 nodes sends each node's share once each way
+    over its link: rank 0's sent bytes)."""
+    out, rate = tmp_path / "run", 8.0
+    done = run_benchmark(
+        *("--algorithm", "ddp", "--task", "digits", "--nodes", "2", "--procs-per-node", "2", "--seed", "0"),
+        *("--out", out, "--set", "wandb=false", "--set", "epochs=1", "--set", f"link_mbit={rate}"),
+        *("--set", "device=cpu"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    at_rate = summary["sent_mb"] * 1e6 * 8 / (rate * 1e6)
+    assert at_rate > 1.0 and summary["wall_s"] >= 0.9 * at_rate, (summary["wall_s"], at_rate)
+    assert _mine() == []  # the run removed its network
+
+
+def test_the_link_mbit_setting_is_refused_where_it_cannot_work(monkeypatch):
+    """Refused before launch with the reason: negative, on the simulated clock, without ip netns."""
+    from benchmarks import config
+
+    args = dict(algorithm="ddp", task="digits", nodes=2, procs_per_node=2, seed=0, out=Path("/tmp/unused"))
+    with pytest.raises(config.ConfigError, match="link_mbit: must be >= 0"):
+        config.resolve(**args, overrides=["link_mbit=-1"])
+    with pytest.raises(config.ConfigError, match="link_mbit"):
+        config.resolve(**args, overrides=["link_mbit=10", "clock=simulated"])
+    monkeypatch.setattr(netns, "available", lambda: (False, "emulated networks need root (ip netns, tc)"))
+    with pytest.raises(config.ConfigError, match=r"no emulated network here \(emulated networks need root"):
+        config.resolve(**args, overrides=["link_mbit=10", "device=cpu"])
