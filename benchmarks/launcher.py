@@ -499,7 +499,7 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
         rundir.write_summary(cfg, "failed", error=reason)
     elif reason and summary.get("status") == "failed" and reason not in str(summary.get("error")):
         summary["error"] = f"{reason}; rank 0 then reported: {summary.get('error')}"
-        rundir.write_json_atomic(cfg.out / "summary.json", summary)
+        rundir.put_summary(cfg.out, summary)
     if code == EXIT_TIMEOUT and rundir.read_summary(cfg.out) is None:  # stopped before training
         rundir.write_summary(cfg, "timeout", error="stopped at start-up")
     if reason:

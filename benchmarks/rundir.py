@@ -56,18 +56,30 @@ def summary(cfg, status: str, error: str | None = None, clock: str = "wall", **f
 def write_summary(cfg, status: str, **fields: object) -> dict[str, object]:
     """Write ``cfg.out``/summary.json (``summary``'s fields) atomically; return what was written."""
     payload = summary(cfg, status, **fields)
-    write_json_atomic(cfg.out / "summary.json", payload)
+    put_summary(cfg.out, payload)
     return payload
-
-
-def read_summary(out: Path) -> dict[str, object] | None:
-    path = Path(out) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 # A summary with one of these statuses is a finished run: the workflow keeps it as it is. A ``timeout``
 # summary is a run stopped at a time limit with a checkpoint, which the same command resumes.
 FINISHED = ("completed", "diverged", "failed")
+# The finished run's own copy of its summary. summary.json is also the workflow's output, which
+# Snakemake deletes before it runs a job again: a restarted controller that finds a run marked
+# incomplete (its first controller was killed while the run went on) reruns it, and may do so after
+# the run has finished. The copy survives, and ``take`` puts summary.json back from it.
+FINISHED_COPY = "finished.json"
+
+
+def put_summary(out: Path, payload: dict[str, object]) -> None:
+    """Write ``payload`` as ``out``/summary.json, and as its finished copy once the run has finished."""
+    if payload.get("status") in FINISHED:
+        write_json_atomic(Path(out) / FINISHED_COPY, payload)
+    write_json_atomic(Path(out) / "summary.json", payload)
+
+
+def read_summary(out: Path) -> dict[str, object] | None:
+    path = Path(out) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def hold(out: Path) -> IO[str]:
@@ -112,11 +124,16 @@ def take(out: Path, owner: bool, keep_finished: bool = False) -> bool:
     """Start run ``out``; True when it is finished and ``keep_finished`` keeps it as it is (the
     workflow's ``--keep-finished``: a restarted workflow never trains a run twice). The process that
     owns the run (not the ranks a local launch spawns, nor ranks 1.. of srun's) holds its lock
-    (``hold``) for its life, so that a second start waits for this one; a finished run is otherwise
+    (``hold``) for its life, so that a second start waits for this one; a finished run whose
+    summary.json the workflow removed gets it back from its copy (``FINISHED_COPY``); a finished run is otherwise
     refused (``refuse_finished``); an attempt that left no checkpoint gets a log of its own
     (``keep_earlier_log``)."""
     if owner:
         _HELD.append(hold(out))
+    copy = Path(out) / FINISHED_COPY
+    if keep_finished and read_summary(out) is None and copy.is_file():
+        write_json_atomic(Path(out) / "summary.json", json.loads(copy.read_text()))
+        print(f"{out}: finished, its summary.json removed since (a restarted workflow); put back from {copy.name}")
     status = (read_summary(out) or {}).get("status")
     if keep_finished and status in FINISHED:
         print(f"{out}: already finished ({status}); kept as it is")

@@ -233,3 +233,28 @@ def test_a_second_controller_on_the_same_directory_refuses_before_writing(tmp_pa
     finally:
         first.terminate()
         first.wait(timeout=120)
+
+
+def test_a_finished_runs_summary_removed_by_a_restarted_workflow_is_put_back(tmp_path, capsys):
+    """A restarted controller reruns a run it found marked incomplete, and Snakemake deletes that job's
+    output (summary.json) first, possibly after the run has finished without it: the run's start
+    under the workflow (``--keep-finished``) puts the summary back from its own copy and keeps the run."""
+    from benchmarks import rundir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    finished = {"status": "completed", "run_id": "r", "wall_s": 1.5}
+    rundir.put_summary(out, finished)
+    (out / "log.txt").write_text("12:00:00 completed: {}\n")
+    (out / "summary.json").unlink()  # what Snakemake does before the job runs again
+    assert rundir.take(out, owner=False, keep_finished=True) is True
+    assert json.loads((out / "summary.json").read_text()) == finished
+    assert (out / "log.txt").read_text() == "12:00:00 completed: {}\n" and not (out / "log.1.txt").exists()
+    assert "put back" in capsys.readouterr().out
+
+    # A run stopped at a time limit has no finished copy: it resumes (here, by hand, it is not refused).
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    rundir.put_summary(stopped, {"status": "timeout"})
+    assert not (stopped / rundir.FINISHED_COPY).exists()
+    assert rundir.take(stopped, owner=False, keep_finished=True) is False
