@@ -5,7 +5,9 @@
 # checks that every run went through sbatch and srun (sacct: a step with NTasks = ranks) and is in
 # the report (.ci/slurm/check_sweep.py), and stops every daemon, also on failure or timeout.
 # Needs root (daemons, /etc/slurm) and .venv from envs/install.sh.
-#   .ci/slurm_sweep.sh            # about 2-3 minutes on an idle 2-core machine
+# The first controller is killed with SIGKILL once a run has started, and the same command run again:
+# the sweep must end with every run trained once.
+#   .ci/slurm_sweep.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CLUSTER="$ROOT/.ci/slurm/cluster.sh"
@@ -51,9 +53,26 @@ cd "$WORK"
 export PATH="$ROOT/.venv/bin:$PATH"  # jobs inherit it (sbatch --export=ALL)
 t1=$(date +%s)
 # As a user types it, plus quick status polling for a cluster that answers at once.
-timeout "$SWEEP_LIMIT_S" snakemake --profile slurm --configfile config/ci-slurm.yaml \
-    --slurm-init-seconds-before-status-checks 5 --seconds-between-status-checks 5 > sweep.log 2>&1 &
-sweep_pid=$!
+sweep() {
+  timeout "$SWEEP_LIMIT_S" snakemake --profile slurm --configfile config/ci-slurm.yaml \
+      --slurm-init-seconds-before-status-checks 5 --seconds-between-status-checks 5 > "$1" 2>&1 &
+  sweep_pid=$!
+}
+# First the controller is killed outright while a run's job is under way (a login session that ends,
+# an out-of-memory kill): its Slurm jobs go on without it. Then the same command again must finish
+# the matrix without training any run twice (check_sweep.py reads each run's log).
+sweep sweep-killed.log
+for _ in $(seq 600); do  # up to 5 min for a run to start
+  compgen -G "results/runs/*/*/log.txt" > /dev/null && break
+  kill -0 "$sweep_pid" 2>/dev/null || break
+  sleep 0.5
+done
+controller=$(pgrep -P "$sweep_pid" -f snakemake || true)
+[ -n "$controller" ] || { tail -n 40 sweep-killed.log; echo "error: no run started under the first controller" >&2; exit 1; }
+kill -KILL $controller
+wait "$sweep_pid" 2>/dev/null || true
+echo "slurm sweep: the controller killed while $(squeue -h | wc -l) job(s) were queued or running; the same command again"
+sweep sweep.log
 wait "$sweep_pid" \
   || { code=$?; tail -n 60 sweep.log; tail -n 20 .snakemake/slurm_logs/*/*/*.log results/logs/*/*.log 2>/dev/null || true
        echo "error: the Slurm sweep failed (exit $code)" >&2; exit 1; }

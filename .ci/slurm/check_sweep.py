@@ -4,8 +4,9 @@
 
 For each run of the matrix: its summary says completed; the aggregate table (results/tables/runs.csv)
 lists it with launcher ``srun`` and a Slurm job id; in ``sacct`` that job is a Snakemake ``run`` job
-(its comment names the rule) with a step of NTasks = nodes x procs_per_node that completed; and the
-report shows the suite and each algorithm. Prints the sacct lines of the sweep. Exits 1 on the first
+(its comment names the rule) with a step of NTasks = nodes x procs_per_node that completed; it was
+trained once (its log.txt ends one training, and no earlier attempt's log.N.txt is beside it: the
+sweep kills its first controller mid-run and runs the command again); and the report shows the suite and each algorithm. Prints the sacct lines of the sweep. Exits 1 on the first
 missing piece, with a line that says which.
 """
 
@@ -15,12 +16,14 @@ import argparse
 import csv
 import html
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+ENDED = re.compile(r"^\d\d:\d\d:\d\d (completed|diverged|failed)\b", re.MULTILINE)  # the runner's last line
 SACCT_FIELDS = ("JobID", "JobName", "NTasks", "State", "ExitCode", "Elapsed", "Comment")
 
 
@@ -64,6 +67,11 @@ def check(workdir: Path, matrix: dict, since: str) -> list[str]:
         status = json.loads(summary_path.read_text())["status"]
         if status != "completed":
             problems.append(f"{run_id}: status {status}, expected completed")
+        run_dir = summary_path.parent
+        trainings = len(ENDED.findall((run_dir / "log.txt").read_text())) if (run_dir / "log.txt").exists() else 0
+        earlier = sorted(p.name for p in run_dir.glob("log.*.txt"))
+        if trainings != 1 or earlier:
+            problems.append(f"{run_id}: trained {trainings} times in log.txt, earlier logs {earlier}: expected once")
         row = listed.get(run_id)
         if row is None:
             problems.append(f"{run_id}: missing from {table.relative_to(workdir)}")
