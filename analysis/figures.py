@@ -12,7 +12,7 @@ are labelled as such on the x axis.
 ``python -m analysis.figures --results DIR`` draws every figure of the report from the tables in
 ``DIR/tables/`` (runs, curves, time to target, performance ratios, stragglers; the Snakefile names
 each) into ``DIR/figures/`` as PNG and SVG, named by :func:`benchmarks.naming.figure_stem`:
-``metric_vs_time``, ``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
+``first_to_target`` (:mod:`analysis.leaders`) over all workloads, ``metric_vs_time``, ``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
 (:mod:`analysis.scaling`) and ``stragglers`` (:mod:`analysis.stragglers`) per suite and task, and
 ``performance_profile`` (:mod:`analysis.profile`) over all workloads. Every figure gives an
 algorithm the same colour (:func:`analysis.plotting.colours` over all the runs).
@@ -20,13 +20,14 @@ algorithm the same colour (:func:`analysis.plotting.colours` over all the runs).
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis import cli, plotting, profile, scaling, stragglers, traces
+from analysis import cli, leaders, plotting, profile, scaling, stragglers, traces
 from analysis.aggregate import CONDITION, INCOMPLETE, read_curves, read_runs
 from analysis.plotting import plt
 from analysis.tables import GROUP, converged, read_table
@@ -99,54 +100,70 @@ def plot_metric_vs_time(
     curves = curves[curves["status"] != INCOMPLETE].dropna(subset=[x, "val_metric"])
     finished = runs[runs["status"] != INCOMPLETE]
     colours = colours or plotting.colours(runs["algorithm"].dropna())
+    kind = "metric_vs_bytes" if x == "sent_mb" else "metric_vs_time"
     paths = []
-    for key, group in finished.groupby(GROUP, sort=True):
-        suite, task, nodes, procs_per_node = key
-        group_runs = group
+    for key, group_runs in finished.groupby(GROUP, sort=True):
         group = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for (algorithm, straggler, clock, model), alg_curves in group.groupby(["algorithm", *CONDITION], sort=True):
-            alg_runs = group_runs[
-                (group_runs["algorithm"] == algorithm)
-                & (group_runs["straggler"] == straggler)
-                & (group_runs["clock"] == clock)
-                & (group_runs["time_model"] == model)
-            ]
-            label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)} converged)"
-            label += "" if straggler == "none" else f" [{straggler}]"
-            label += f" (simulated: {model})" if clock == "simulated" else ""
-            grid, median, low, high = median_band(alg_curves, x)
-            colour = colours.get(algorithm)
-            style = "-" if straggler == "none" else "--"
-            ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
-            ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
-        if group.empty:
-            ax.text(
-                0.5,
-                0.5,
-                "no evaluation was recorded (every run failed before one)",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                color="#555555",
-            )
-        target = _first(group_runs["target"])
-        if target is not None:
-            ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:g}")
-        if x == "sent_mb":
-            ax.set_xlabel("MB sent by a rank (mean over ranks)")
-            ax.set_xscale("symlog", linthresh=0.01)  # 0 for a run that has sent nothing yet
-        else:
-            ax.set_xlabel(plotting.time_label(group_runs["clock"].dropna()))
-        ax.set_ylabel(f"validation {_first(group_runs['metric']) or 'metric'}")
-        ax.set_title(f"{suite}: {task}, {nodes}×{procs_per_node} workers — median, min–max over seeds")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", ncol=2 if len(ax.get_lines()) > 6 else 1)
-        fig.tight_layout()
-        kind = "metric_vs_bytes" if x == "sent_mb" else "metric_vs_time"
-        stem = naming.figure_stem(kind, suite, task, nodes, procs_per_node)
-        paths += plotting.save(fig, out_dir, stem)
+        fig = metric_figure(key, group_runs, group, colours, x)
+        paths += plotting.save(fig, out_dir, naming.figure_stem(kind, *key))
     return paths
+
+
+def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours: dict, x: str) -> plt.Figure:
+    """One group's figure: ``key`` is ``(suite, task, nodes, procs_per_node)``, ``runs`` and ``curves``
+    its finished runs and their evaluations. Against bytes the axis is logarithmic from the smallest
+    positive count: an evaluation before the first message (0 MB) has no place on it."""
+    suite, task, nodes, procs_per_node = key
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
+    smallest = math.inf
+    shared = runs[CONDITION].drop_duplicates()  # one condition: said once, in the title
+    common = plotting.condition(*shared.iloc[0]) if len(shared) == 1 else ""
+    for (algorithm, straggler, clock, model), alg_curves in curves.groupby(["algorithm", *CONDITION], sort=True):
+        alg_runs = runs[
+            (runs["algorithm"] == algorithm)
+            & (runs["straggler"] == straggler)
+            & (runs["clock"] == clock)
+            & (runs["time_model"] == model)
+        ]
+        label = f"{algorithm} ({int(converged(alg_runs).sum())}/{len(alg_runs)})"
+        own = plotting.condition(straggler, clock, model)
+        label += f" [{own}]" if own and not common else ""
+        grid, median, low, high = median_band(alg_curves, x)
+        if x == "sent_mb":
+            shown = grid > 0
+            grid, median, low, high = grid[shown], median[shown], low[shown], high[shown]
+            smallest = min(smallest, grid.min(initial=math.inf))
+        colour = colours.get(algorithm)
+        style = "-" if straggler == "none" else "--"
+        ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
+        ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
+    if curves.empty:
+        ax.text(
+            0.5,
+            0.5,
+            "no evaluation was recorded (every run failed before one)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="#555555",
+        )
+    target = _first(runs["target"])
+    if target is not None:
+        ax.axhline(target, color="black", linestyle="--", linewidth=1, label=f"target {target:g}")
+    if x == "sent_mb":
+        ax.set_xlabel("MB sent by a rank (mean over ranks), log scale")
+        if math.isfinite(smallest):
+            ax.set_xscale("log")
+            ax.set_xlim(left=smallest)
+            plotting.plain_log_ticks(ax.xaxis)
+    else:
+        ax.set_xlabel(plotting.time_label(runs["clock"].dropna()))
+    ax.set_ylabel(f"validation {_first(runs['metric']) or 'metric'}")
+    ax.set_title(plotting.title(f"{suite}: {task}, {nodes}×{procs_per_node} workers", common), fontsize="medium")
+    ax.grid(alpha=0.3)
+    plotting.legend_outside(ax, title="algorithm (converged/runs)", title_fontsize="small")
+    fig.tight_layout()
+    return fig
 
 
 def write(files: dict) -> list[Path]:
@@ -156,11 +173,12 @@ def write(files: dict) -> list[Path]:
     out = Path(files["figures"])
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
     groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
-    paths = plot_metric_vs_time(runs, curves, out, colours)
+    paths = leaders.plot_first_to_target(table, out, colours)
+    paths += plot_metric_vs_time(runs, curves, out, colours)
     paths += plot_metric_vs_time(runs, curves, out, colours, x="sent_mb")
     paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)
     paths += scaling.plot_scaling(table[table["n"] > 0], out, colours)
-    paths += stragglers.plot_stragglers(table, read_table(files["stragglers"]), out, list(colours))
+    paths += stragglers.plot_stragglers(read_table(files["stragglers"]), out, list(colours))
     paths += profile.plot_profile(read_table(files["performance_ratios"]), out, colours)
     return paths
 

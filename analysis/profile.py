@@ -111,7 +111,8 @@ def display(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
-    """Draw ``rho(tau)`` for every algorithm, one panel per clock; returns PNG and SVG paths.
+    """Draw ``rho(tau)`` for every algorithm, one panel per clock, one above the other, each with its
+    legend beside it; returns PNG and SVG paths.
 
     ``colours``: one colour per algorithm (default: :func:`analysis.plotting.colours` of the ratios).
     """
@@ -123,8 +124,8 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
     clocks = sorted(ratios_frame["clock"].unique())
     colour = colours or plotting.colours(ratios_frame["algorithm"])
     count = ratios_frame["algorithm"].nunique()
-    fig, axes = plt.subplots(1, len(clocks), figsize=(7.5 * len(clocks), 4.5), squeeze=False)
-    for ax, clock in zip(axes[0], clocks):
+    fig, axes = plt.subplots(len(clocks), 1, figsize=(9.5, 4.5 * len(clocks)), squeeze=False)
+    for ax, clock in zip(axes[:, 0], clocks):
         frame = ratios_frame[ratios_frame["clock"] == clock]
         n = frame.groupby("algorithm").size().max()
         finite = frame["ratio"][np.isfinite(frame["ratio"])]
@@ -151,6 +152,6 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
         ax.set_ylabel(f"share of the {n} workload{'s' if n != 1 else ''}")
         ax.set_title(f"{title} ({clock} clock)", fontsize="medium")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small", ncol=2, loc="lower right")
+        plotting.legend_outside(ax)
     fig.tight_layout()
     return plotting.save(fig, out_dir, stem)

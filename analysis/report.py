@@ -1,17 +1,21 @@
 """The self-contained HTML comparison report, rendered over the tables and figures the earlier steps made.
 
 ``report.html`` is one file with inline CSS, the PNG figures embedded as base64 ``data:`` URIs, no
-scripts and no links out, so it opens offline and can be mailed or archived as is. Its order is the
-order a reader asks in:
+scripts and no links out, so it opens offline and can be mailed or archived as is. It answers at a
+glance, then in detail:
 
-1. Summary: per suite, task, node count and condition, the algorithm with the smallest median time
+1. The first screen: the papers' claims, one line each with its verdict as a coloured badge and the
+   measured value beside the paper's (the interval, the conditions and why one click away), and the
+   figure of who reaches the target first on each workload (:mod:`analysis.leaders`).
+2. Summary: per suite, task, node count and condition, the algorithm with the smallest median time
    to target and its speed-up over DDP.
-2. One section per suite: the time-to-target table (k/n converged, min–max, speed-up, final and
-   best metric, throughput, communication share), scaling across node counts, throughput with and
-   without stragglers, DASO's global synchronisations, and the figures.
-3. The performance profile over all workloads (AlgoPerf-style).
-4. Paper vs this suite, one subsection per paper.
-5. The runs that did not converge, failed or are unfinished; the run metadata.
+3. One folded section per suite: the time-to-target table (k/n converged, min–max, speed-up, final
+   and best metric, throughput, communication share), scaling across node counts where the suite ran
+   more than one, throughput with and without stragglers where it ran both, DASO's global
+   synchronisations, and the figures.
+4. The performance profile over all workloads (AlgoPerf-style).
+5. Paper vs this suite, one folded subsection per paper.
+6. The runs that did not converge, failed or are unfinished; the run metadata.
 
 The page is the Jinja2 template ``analysis/templates/report.html`` (autoescaped). This module only
 reads the earlier steps' files, by column name, and formats them for people: it recomputes none of
@@ -219,20 +223,25 @@ def _syncs(syncs: pd.DataFrame) -> dict:
 
 
 def _suite(
-    suite: str, table: pd.DataFrame, scale: pd.DataFrame, pooled: pd.DataFrame, syncs: pd.DataFrame, shown: Figures
+    suite: str,
+    table: pd.DataFrame,
+    scale: pd.DataFrame,
+    straggling: pd.DataFrame,
+    syncs: pd.DataFrame,
+    shown: Figures,
+    summary: pd.DataFrame,
 ) -> dict:
-    """One suite's section: ``table`` its time-to-target rows, ``scale`` its scaling rows, ``pooled``
-    the straggler table over all suites."""
+    """One suite's section from its own rows only: ``table`` of the time-to-target table, ``scale`` of
+    the scaling table, ``straggling`` of the straggler table, ``summary`` of :func:`summary_table`."""
     finished = table[table["n"] > 0]
     layouts = [key for key, _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True)]
     tasks = sorted(finished["task"].unique())
-    matched = set(zip(finished["task"], finished["nodes"], finished["procs_per_node"]))
-    keep = [k in matched for k in zip(pooled["task"], pooled["nodes"], pooled["procs_per_node"])]
-    pooled = pooled[pd.Series(keep, index=pooled.index, dtype=bool)]  # a mask even where there are no rows
-    straggling = stragglers.display(pooled)
+    several_nodes = finished["nodes"].nunique() > 1  # one node count scales nothing: a sentence instead
+    compared = stragglers.display(straggling)
     own_syncs = syncs[syncs["suite"] == suite]
     return {
         "name": suite,
+        "brief": _brief(finished, summary),
         "table": cells(tables.display_table(table).drop(columns=["suite"])),
         "metric_figures": [
             shown.get(
@@ -247,7 +256,7 @@ def _suite(
         ],
         "bytes_figures": [
             shown.get(
-                f"{suite}: {t} on {n}×{g} workers, against the megabytes a rank sent; dashed: target",
+                f"{suite}: {t} on {n}×{g} workers, against the megabytes a rank sent (log scale); dashed: target",
                 "metric_vs_bytes",
                 suite,
                 t,
@@ -256,7 +265,8 @@ def _suite(
             )
             for t, n, g in layouts
         ],
-        "scaling": cells(scaling.display(scale)) if finished["nodes"].nunique() > 1 else None,
+        "scaling": cells(scaling.display(scale)) if several_nodes else None,
+        "node_counts": sorted(int(n) for n in finished["nodes"].unique()),
         "scaling_figures": [
             shown.get(
                 f"{suite}: {t}, median time to target against node count (log–log, "
@@ -266,11 +276,17 @@ def _suite(
                 t,
             )
             for t in tasks
-        ],
-        "stragglers": cells(straggling) if not straggling.empty else None,
+        ]
+        if several_nodes
+        else [],
+        "stragglers": cells(compared) if not compared.empty else None,
+        "no_stragglers": stragglers.nothing_to_compare(straggling["straggler"]) if compared.empty else "",
         "straggler_figures": [
-            shown.get(f"{suite}: {t}, median throughput per straggler condition", "stragglers", suite, t) for t in tasks
-        ],
+            shown.get(f"{suite}: {t}, median throughput with and without stragglers", "stragglers", suite, t)
+            for t in tasks
+        ]
+        if not compared.empty
+        else [],
         "syncs": _syncs(own_syncs) if not own_syncs.empty else None,
         "trace_figures": [
             shown.get(
@@ -284,6 +300,13 @@ def _suite(
             for t, n, g in layouts
         ],
     }
+
+
+def _brief(finished: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """A suite in one line, beside its folded heading: its size and who is fastest where."""
+    size = f"{finished['algorithm'].nunique()} algorithms, {int(finished['n'].sum())} finished runs"
+    fastest = sorted({str(w) for w in summary["fastest to target"]}) if not summary.empty else []
+    return size + ("; fastest: " + ", ".join(fastest) if fastest else "")
 
 
 def _paper(key: str, meta: dict[str, str], compared: pd.DataFrame, hardware: str) -> dict:
@@ -332,41 +355,48 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def claims_table(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The claims as the report's first table: the claim, the paper's value, this suite's with its
-    interval and that interval's coverage, the verdict and why, the verdict with the inter-node link at
-    half and twice its speed, the conditions."""
+def claim_lines(verdicts: pd.DataFrame) -> list[dict]:
+    """The claims as the report's first screen: per claim one line (its paper, the claim, the verdict
+    and a CSS class for its badge, this suite's value beside the paper's) and the details a click
+    away (the interval and its coverage, why, the verdict with the inter-node link at half and twice
+    its speed, the conditions, the source and the suite that holds the evidence)."""
 
-    def measured(row: pd.Series) -> str:
+    def value(row: pd.Series, interval: bool) -> str:
         if pd.isna(row["value"]):
-            return ""
+            return "—"
         ratio = row["quantity"] in claims.RATIOS  # else an ordering: the metric's gap
         number = (lambda x: f"{x:.2f}×") if ratio else (lambda x: f"{x:+.2f}")
-        text = f"{number(row['value'])} [{number(row['low'])}, {number(row['high'])}]"
+        if not interval:
+            return number(row["value"]) if ratio else f"gap {number(row['value'])}"
         coverage = f", covers {row['coverage']:.1%}" if pd.notna(row["coverage"]) else ", every seed equal"
-        return f"{text} ({row['seeds']} seeds{coverage})"
-
-    def verdict(row: pd.Series) -> str:
-        return f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]
+        return f"{number(row['value'])} [{number(row['low'])}, {number(row['high'])}] ({row['seeds']} seeds{coverage})"
 
     def where(row: pd.Series) -> str:
         clock = "simulated" if row["clock"] == "simulated" else "real" if row["clock"] else ""
         return "; ".join(x for x in (clock, row["conditions"], row["setting"]) if x)
 
-    return pd.DataFrame(
-        {
-            "paper": verdicts["paper"],
-            "claim": verdicts["claim"] + " (" + verdicts["source"] + ")",
-            "paper's value": verdicts["paper_value"],
-            "this suite [interval]": verdicts.apply(measured, axis=1),
-            "verdict": verdicts.apply(verdict, axis=1),
-            "inter-node link ½× and 2×": verdicts["network"].fillna(""),
-            "conditions": verdicts.apply(where, axis=1),
-            "evidence": verdicts["suite"].map(
-                lambda x: f"Suite: {x.split(', ')[0]}" if isinstance(x, str) and x else ""
-            ),
-        }
-    )
+    lines = []
+    for _, row in verdicts.iterrows():  # text columns are "" where empty (claims.read)
+        details = [
+            ("claim", f"{row['claim']} ({row['source']})"),
+            ("this suite [interval]", value(row, interval=True)),
+            ("verdict", f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]),
+            ("inter-node link ½× and 2×", row["network"]),
+            ("conditions", where(row)),
+        ]
+        lines.append(
+            {
+                "paper": row["paper"],
+                "claim": row["claim"],
+                "verdict": row["verdict"],
+                "badge": _anchor(row["verdict"]),
+                "measured": value(row, interval=False),
+                "paper_value": row["paper_value"],
+                "details": [(name, text) for name, text in details if text],
+                "evidence": f"Suite: {row['suite'].split(', ')[0]}" if row["suite"] else "",
+            }
+        )
+    return lines
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -416,12 +446,13 @@ def render(files: dict) -> Path:
     """Render ``files["report"]`` from the tables and figures named in ``files``; return its path."""
     runs = aggregate.read_runs(files["runs"])
     table = tables.read_table(files["time_to_target"])
-    scale, pooled = tables.read_table(files["scaling"]), tables.read_table(files["stragglers"])
+    scale = tables.read_table(files["scaling"])
     prof = tables.read_table(files["performance_profile"])
     compared = papers.read_compared(files["papers"])
     verdicts = claims.read(files["claims"])
     shown = Figures(files["figures"])
     finished = int((runs["status"] != INCOMPLETE).sum())
+    straggling = tables.read_table(files["stragglers"])
     suites = sorted(table["suite"].unique())
     syncs = tables.read_table(files["global_syncs"])
     hardware = hardware_here(runs)
@@ -442,13 +473,27 @@ def render(files: dict) -> Path:
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
         contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
-        claims=claims_table(verdicts).to_dict("records"),
+        claims=claim_lines(verdicts),
+        first_figure=shown.get(
+            "Who reaches the target first on each workload: the three fastest by median time to target, "
+            "over the fastest's, with the 95 % interval of the median",
+            "first_to_target",
+        ),
         claim_counts=verdicts["verdict"].value_counts().to_dict(),
         claim_rule=claims.RULE,
         summary=summary.to_dict("records"),
         summary_table=cells(summary),
         suites=[
-            _suite(str(s), table[table["suite"] == s], scale[scale["suite"] == s], pooled, syncs, shown) for s in suites
+            _suite(
+                str(s),
+                table[table["suite"] == s],
+                scale[scale["suite"] == s],
+                straggling[straggling["suite"] == s],
+                syncs,
+                shown,
+                summary[(summary["suite"] == s) & (summary["converged (k/n)"] != "—")],
+            )
+            for s in suites
         ],
         profile=cells(profile.display(prof)) if not prof.empty else None,
         profile_figure=shown.get(

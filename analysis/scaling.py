@@ -8,7 +8,9 @@ same is done with throughput (``X(n) / X(n0)`` over ``W / W0``), which exists ev
 reached the target. Times on the simulated clock are scaled only against simulated times.
 
 The figure draws the median time to target against the node count on log–log axes, min–max over
-seeds as error bars, and each algorithm's ideal line ``T(n0) · W0 / W`` dotted in its colour.
+seeds as error bars, and each algorithm's ideal line ``T(n0) · W0 / W`` dotted in its colour. A suite
+and task run at one node count has no such figure (a single point scales nothing): the report says
+so in a sentence, and :func:`benchmarks.naming.figure_files` declares none.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
-    """Draw one log–log time-to-target-against-nodes figure per suite and task.
+    """Draw one log–log time-to-target-against-nodes figure per suite and task run at two node counts or more.
 
     Args:
         table: The time-to-target table (:func:`analysis.tables.time_to_target`).
@@ -116,22 +118,26 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
     colour = colours or plotting.colours(table["algorithm"].dropna())
     paths = []
     for (suite, task), group in table.groupby(["suite", "task"], sort=True):
+        if group["nodes"].nunique() < 2:
+            continue
         timed = group[group["tta_median_s"].notna()]
-        title = f"{suite}: {task} — time to target against node count"
+        title = f"{suite}: {task}"
         if timed.empty:
             fig = plotting.empty_figure("No run reached the target: nothing to scale.", title)
             paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         nodes_seen = sorted(group["nodes"].unique())
+        shared = timed[CONDITION].drop_duplicates()  # one condition: said once, in the title
+        common = plotting.condition(*shared.iloc[0]) if len(shared) == 1 else ""
         for key, line in timed.groupby(["algorithm", *CONDITION], sort=True):
             algorithm, straggler, clock, model = key
             line = line.sort_values("nodes")
             nodes = line["nodes"].astype(float).to_numpy()
             median = line["tta_median_s"].to_numpy()
             errors = [median - line["tta_min_s"].to_numpy(), line["tta_max_s"].to_numpy() - median]
-            label = algorithm + ("" if straggler == "none" else f" [{straggler}]")
-            label += f" (simulated: {model})" if clock == "simulated" else ""
+            own = plotting.condition(straggler, clock, model)
+            label = algorithm + (f" [{own}]" if own and not common else "")
             style = "-" if straggler == "none" else "--"
             ax.errorbar(
                 nodes, median, yerr=errors, color=colour[algorithm], marker="o", linestyle=style, capsize=3, label=label
@@ -145,11 +151,9 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
         plotting.plain_log_ticks(ax.yaxis)
         ax.set_xlabel(f"nodes (× {int(group['procs_per_node'].iloc[0])} processes each)")
         ax.set_ylabel(plotting.time_label(group["clock"], "time to target (s)"))
-        if len(nodes_seen) < 2:
-            title += " (one node count so far)"
-        ax.set_title(title, fontsize="medium")
+        ax.set_title(plotting.title(title, common), fontsize="medium")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small", ncol=2)
+        plotting.legend_outside(ax)
         fig.tight_layout()
         paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
     return paths

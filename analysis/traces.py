@@ -21,7 +21,9 @@ from analysis.tables import GROUP
 from benchmarks import naming
 
 COMMON = set(IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS)
-COLUMNS_PER_ROW = 3
+COLUMNS_PER_ROW = 4  # the report's width holds four panels, and the page a quarter fewer rows than with three
+PANEL_IN = (3.2, 2.3)  # width and height of a panel, inches
+TITLE_IN = 0.3  # the band above the panels that holds the figure's title, inches
 
 
 def trace_columns(curves: pd.DataFrame) -> list[tuple[str, str]]:
@@ -77,17 +79,20 @@ def plot_traces(
             continue
         n_rows = -(-len(pairs) // COLUMNS_PER_ROW)
         n_cols = min(len(pairs), COLUMNS_PER_ROW)
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 2.9 * n_rows), squeeze=False)
+        height = PANEL_IN[1] * n_rows + TITLE_IN
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(PANEL_IN[0] * n_cols, height), squeeze=False)
         for ax, (algorithm, column) in zip(axes.flat, pairs):
             band = epoch_band(rows[rows["algorithm"] == algorithm], column)
-            ax.plot(band["epoch"], band["median"], color=colour[algorithm], marker=".")
+            ax.plot(band["epoch"], band["median"], color=colour[algorithm], marker=".", markersize=3)
             ax.fill_between(band["epoch"], band["low"], band["high"], color=colour[algorithm], alpha=0.2, linewidth=0)
-            ax.set_title(f"{algorithm}: {column}", fontsize="medium")
+            ax.set_title(f"{algorithm}: {column}", fontsize="small")
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[len(pairs) :]:
             ax.axis("off")
-        fig.suptitle(title + " (median, min–max over seeds)", fontsize="medium")
-        fig.tight_layout()
+        # The panels below a band of TITLE_IN, the title in it: tight_layout alone leaves a tall
+        # figure's title over the first row's.
+        fig.tight_layout(rect=(0, 0, 1, 1 - TITLE_IN / height))
+        fig.suptitle(title + " (median, min–max over seeds)", fontsize="medium", y=1 - 0.06 / height, va="top")
         paths += plotting.save(fig, out_dir, stem)
     return paths

@@ -18,6 +18,7 @@ _RUN_ID = re.compile(r"^(?P<task>.+)__(?P<algorithm>.+)__n(?P<nodes>\d+)x(?P<pro
 # Every figure of the report, with what it shows (the Snakemake report's category). Captions are
 # analysis/captions/<kind>.rst.
 FIGURE_KINDS = {
+    "first_to_target": "Who reaches the target first",
     "metric_vs_time": "Validation metric against wall time",
     "metric_vs_bytes": "Validation metric against bytes sent",
     "scaling": "Scaling across node counts",
@@ -66,9 +67,16 @@ def figure_stem(
 
 def figure_files(kind: str, layouts: Iterable[tuple], ext: str) -> list[str]:
     """The file names of every figure of ``kind`` over ``layouts``, ``(suite, task, nodes,
-    procs_per_node)`` tuples: one per layout, per suite and task, or one in all."""
+    procs_per_node)`` tuples: one per layout, per suite and task, or one in all. Scaling is drawn
+    only for a suite and task with two node counts or more: one point scales nothing."""
+    layouts = set(layouts)
     if kind in PER_LAYOUT:
-        keys = sorted(set(layouts))
+        keys = sorted(layouts)
+    elif kind == "scaling":
+        nodes: dict[tuple, set] = {}
+        for suite, task, count, *_ in layouts:
+            nodes.setdefault((suite, task), set()).add(count)
+        keys = sorted(key for key, counts in nodes.items() if len(counts) > 1)
     elif kind in PER_TASK:
         keys = sorted({(suite, task) for suite, task, *_ in layouts})
     else:

@@ -259,6 +259,43 @@ def test_figures_written(results: Path, tmp_path: Path) -> None:
     assert [p.name for p in paths] == [f"local__digits__n1x2__metric_vs_bytes.{ext}" for ext in ("png", "svg")]
 
 
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The figures the plotting functions draw, by file stem, kept open instead of saved."""
+    drawn = {}
+
+    def keep(fig: object, out_dir: Path, stem: str) -> list[Path]:
+        drawn[stem] = fig
+        return []
+
+    monkeypatch.setattr(plotting, "save", keep)
+    return drawn
+
+
+def test_bytes_axis_is_logarithmic_from_the_smallest_count_sent(
+    results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = aggregate.load_runs(results)
+    curves = aggregate.load_curves(results, runs)
+    curves.loc[curves.index[0], "sent_mb"] = 0.0  # an evaluation before the first message
+    drawn = _drawn(monkeypatch)
+    figures.plot_metric_vs_time(runs, curves, tmp_path, x="sent_mb")
+    (ax,) = drawn["local__digits__n1x2__metric_vs_bytes"].axes[:1]
+    finished = curves[curves["status"] != aggregate.INCOMPLETE]
+    smallest = finished.loc[finished["sent_mb"] > 0, "sent_mb"].min()
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlim()[0] == pytest.approx(smallest) and smallest > 0
+    plotting.plt.close("all")
+
+
+def test_no_scaling_figure_for_a_single_node_count(results: Path, tmp_path: Path) -> None:
+    table = tables.time_to_target(aggregate.load_runs(results))  # one suite, all on 1 node
+    assert scaling.plot_scaling(table[table["n"] > 0], tmp_path) == []
+    assert not list(tmp_path.glob("*scaling*"))
+    one, two = [("s", "digits", 1, 2)], [("s", "digits", 1, 2), ("s", "digits", 2, 2), ("o", "digits", 4, 2)]
+    assert naming.figure_files("scaling", one, "png") == []  # the Snakefile declares what is drawn
+    assert naming.figure_files("scaling", two, "svg") == ["s__digits__scaling.svg"]
+
+
 def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report.main(["--results", str(results)])
     path = Path(capsys.readouterr().out.strip())
@@ -274,18 +311,24 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     assert "<td>allreduce</td>" in summary and "1.71×" in summary and "7.0" in summary
     claimed = text.split(">Claims</h2>")[1].split("<h2")[0]  # the report opens with the claims
     assert text.index(">Claims</h2>") < text.index(">Summary</h2>")
-    assert claimed.count("<tr>") == 1 + len(claims.load())  # none measured by these runs: each says so
-    assert f"{len(claims.load())} not measured" in claimed and "config/claims.yaml" in claimed
+    count = len(claims.load())
+    assert claimed.count('<details class="claim">') == claimed.count('class="badge not-measured"') - 1 == count
+    assert f"{count} not measured" in claimed and "config/claims.yaml" in claimed  # none measured by these runs
+    assert "Who reaches the target first" in claimed
     for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
         assert (results / "tables" / name).stat().st_size > 0
     for stem in [
+        "first_to_target",
         "local__digits__n1x2__traces",
-        "local__digits__scaling",
         "local__digits__stragglers",
         "performance_profile",
     ]:
         assert (results / "figures" / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
         assert (results / "figures" / f"{stem}.svg").is_file()
+    section = text.split(">Suite: local</h2>")[1].split('<details class="suite">')[0]
+    assert "This suite ran on 1 node(s) only: nothing to scale" in section  # and no scaling figure
+    assert not (results / "figures" / "local__digits__scaling.png").exists() and "node count (log" not in section
+    assert "No run of this suite has stragglers" in section and "throughput with and without" not in section
     problems = text.split("did not converge or failed</h2>")[1].split("<h2")[0]
     assert "digits__allreduce__n1x2__s2" in problems and ERROR in problems
     assert "digits__ddp__n1x2__s3" in problems and aggregate.INCOMPLETE in problems
@@ -531,9 +574,9 @@ def test_throughput_with_and_without_stragglers() -> None:
     table = pd.DataFrame(
         [
             _row("wagma", 1, 10.0, 100.0),
-            _row("wagma", 1, 12.0, 80.0, straggler="fixed 1×50 ms", suite="other"),
+            _row("wagma", 1, 12.0, 80.0, straggler="fixed 1×50 ms"),
             _row("ddp", 1, 10.0, 100.0),
-            _row("ddp", 1, 20.0, 40.0, straggler="fixed 1×50 ms", suite="other"),
+            _row("ddp", 1, 20.0, 40.0, straggler="fixed 1×50 ms"),
         ]
     )
     out = stragglers.straggler_throughput(table).set_index(["algorithm", "straggler"])
@@ -542,6 +585,36 @@ def test_throughput_with_and_without_stragglers() -> None:
     assert out.loc[("ddp", "none"), "retained"] == 1.0
     shown = stragglers.display(stragglers.straggler_throughput(table))
     assert shown["retained"].tolist() == ["40%", "80%"]
+
+
+def test_a_suites_straggler_table_and_chart_hold_only_its_own_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the claims matrices: dana-16 ran with gamma times only, dana-het with gamma_het only, and
+    # base, on the same task and layout, without stragglers. No suite compares with another's runs.
+    table = pd.DataFrame(
+        [
+            _row("dana_dc", 1, 10.0, 40.0, straggler="gamma", suite="dana-16"),
+            _row("dana_dc", 1, 10.0, 70.0, straggler="gamma_het", suite="dana-het"),
+            _row("dana_dc", 1, 10.0, 100.0, suite="base"),
+            _row("ddp", 1, 10.0, 100.0, suite="mixed"),
+            _row("ddp", 1, 20.0, 50.0, straggler="fixed 1×50 ms", suite="mixed"),
+        ]
+    )
+    pooled = stragglers.straggler_throughput(table)
+    own = pooled[pooled["suite"] == "dana-16"]
+    assert own["straggler"].tolist() == ["gamma"] and own["throughput_none"].isna().all()
+    assert stragglers.display(own).empty  # gamma is not set beside another suite's runs, nor beside gamma_het
+    assert "Every run of this suite has stragglers (gamma)" in stragglers.nothing_to_compare(own["straggler"])
+    mixed = stragglers.display(pooled[pooled["suite"] == "mixed"])
+    assert mixed["retained"].tolist() == ["50%"]
+
+    drawn = _drawn(monkeypatch)
+    stragglers.plot_stragglers(pooled, tmp_path)
+    bars = drawn["dana-16__t__stragglers"].axes
+    assert all(ax.get_legend() is None for ax in bars)  # a sentence, no bars: nothing to compare
+    (ax,) = drawn["mixed__t__stragglers"].axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["stragglers: none", "stragglers: fixed 1×50 ms"]
 
 
 def test_traces_find_every_extra_numeric_column(results: Path) -> None:

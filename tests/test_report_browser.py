@@ -1,10 +1,12 @@
-"""The report opens in headless Chromium: every image loads, the expected sections are there.
+"""The report opens in headless Chromium: every image loads, the expected sections are there, and
+the first screen answers without scrolling.
 
 Run directories are generated here (converged, non-converged, failed without metrics, unfinished,
-a straggler condition, two node counts, an algorithm with its own columns), the report is
-rendered with ``python -m analysis.report`` as a user would, and the page is opened from disk with
-the network cut, so an external asset would fail to load. A full-page screenshot is saved in the
-test's directory and copied to ``results/screenshots/report_browser.png`` to be looked at.
+a suite with and without stragglers, two node counts, an algorithm with its own columns), the report
+is rendered with ``python -m analysis.report`` as a user would, and the page is opened from disk with
+the network cut, so an external asset would fail to load. On a 1400x900 window every claim's verdict
+must be in view before any scrolling. A full-page screenshot, every fold open, is saved in the test's
+directory and copied to ``results/screenshots/report_browser.png`` to be looked at.
 
 The browser is Debian's ``chromium`` driven by Playwright (``envs/install.sh`` installs both; no
 browser is downloaded at test time). ``CHROMIUM`` overrides the executable's path.
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
+from analysis import claims
 from tests.test_analysis import write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +39,16 @@ EXPECTED_SECTIONS = [
     "Runs that did not converge or failed",
     "Run metadata",
 ]
+
+
+# Each claim's verdict badge: its text and whether it lies whole inside the window as it opens.
+FIRST_SCREEN = """
+Array.from(document.querySelectorAll('details.claim .badge')).map(b => {
+  const r = b.getBoundingClientRect();
+  return {text: b.textContent, inView: r.width > 0 && r.top >= 0 && r.left >= 0
+          && r.bottom <= window.innerHeight && r.right <= window.innerWidth};
+})
+"""
 
 
 def _chromium() -> str:
@@ -90,19 +103,20 @@ def _make_results(root: Path) -> Path:
     )
     write_run(root, "local_sgd", 2, status=None, tta=None, walls=[3.0], metrics=[0.4])  # unfinished
     fixed = {"straggler": "fixed", "straggler_ranks": 1, "straggler_delay_ms": 50.0}
-    for algorithm, throughput in (("ddp", 60.0), ("daso", 90.0)):
-        write_run(
-            root,
-            algorithm,
-            0,
-            status="completed",
-            tta=20.0,
-            suite="local-stragglers",
-            settings=fixed,
-            throughput=throughput,
-            walls=[10.0, 20.0],
-            metrics=[0.8, 0.95],
-        )
+    for algorithm, throughput in (("ddp", 60.0), ("daso", 90.0)):  # against 150 without, in the same suite
+        for seed, settings, speed in ((0, None, 150.0), (1, fixed, throughput)):
+            write_run(
+                root,
+                algorithm,
+                seed,
+                status="completed",
+                tta=20.0,
+                suite="local-stragglers",
+                settings=settings,
+                throughput=speed,
+                walls=[10.0, 20.0],
+                metrics=[0.8, 0.95],
+            )
     return root
 
 
@@ -123,19 +137,23 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
         try:
-            context = browser.new_context(offline=True, viewport={"width": 1300, "height": 900})
+            context = browser.new_context(offline=True, viewport={"width": 1400, "height": 900})
             page = context.new_page()
             page.on("request", lambda request: requests.append(request.url))
             page.goto(report.as_uri(), wait_until="load")
+            verdicts = page.evaluate(FIRST_SCREEN)
+            first = tmp_path / "first-screen.png"
+            page.screenshot(path=str(first))
+            page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
             images = page.evaluate("Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth])")
             headings = page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
             summary = page.inner_text("#summary + ul")
             problems = page.evaluate(
                 "document.getElementById('runs-that-did-not-converge-or-failed').nextElementSibling.innerText"
             )
-            stragglers_table = page.evaluate(
-                "document.getElementById('suite-local').parentElement.innerText"
-                ".split('Throughput with and without stragglers')[1].split('Validation')[0]"
+            sections = page.evaluate(
+                "Object.fromEntries(Array.from(document.querySelectorAll('details.suite'))"
+                ".map(d => [d.querySelector('h2').id, d.innerText]))"
             )
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
@@ -154,7 +172,15 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert "daso is fastest to target, in 5.3 [4.8, 5.8] s; speed-up over DDP 1.23× [1.03, 1.46]" in summary
     assert "digits__local_sgd__n1x2__s1" in problems and "Connection closed by peer" in problems
     assert "completed (target not reached)" in problems and "running/incomplete" in problems
-    assert "40%" in stragglers_table and "60%" in stragglers_table  # ddp keeps 60/150, daso 90/150
+    with_stragglers = sections["suite-local-stragglers"].split("Throughput with and without stragglers")[1]
+    assert "40%" in with_stragglers and "60%" in with_stragglers  # ddp keeps 60/150, daso 90/150
+    local = sections["suite-local"]
+    assert "No run of this suite has stragglers" in local.split("Throughput with and without stragglers")[1]
+    assert "nothing to scale" in sections["suite-local-stragglers"]  # one node count: a sentence, no figure
+    # The first screen holds every claim's verdict, whole, without scrolling.
+    assert len(verdicts) == len(claims.load())
+    assert all(box["inView"] and box["text"] == "not measured" for box in verdicts), verdicts
+    assert first.stat().st_size > 10_000
     assert shot.stat().st_size > 10_000
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, SCREENSHOT)
