@@ -1,0 +1,350 @@
+"""Validation: the virtual cluster's predictions against measurements, fit and test apart.
+
+    python -m benchmarks.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
+                                  [--work DIR] [--only SUBSTRING]
+
+A verdict at a paper's scale is only as good as the time model behind it, and a model is only
+checked by a number it was not fitted to. Each case of the case file (``analysis/papers/validation.yaml``)
+is a measured number with its source, the simulated run (or two, for a ratio) that predicts it, and
+its role: ``fit`` where the model or one of its inputs was chosen on that number, which is then not
+scored, ``test`` otherwise. Two kinds of measurement:
+
+- published ones on the papers' own clusters (DASO's Table 2, WAGMA-SGD's Sec. 5 numbers), each
+  predicted by a short run of the virtual cluster under that paper's network preset and batch time,
+  through ``benchmarks.run --set clock=simulated``; the time of a step is the run's training time
+  (its simulated clock less the evaluations it charges) over its steps;
+- the emulated two-level network of this machine (``benchmarks/netns.py``, ``--set link_mbit=R``,
+  root only): a real 2 x 2 gloo run of digits behind links of R Mbit/s, its steady-state time per
+  step (after the first epoch), predicted by its virtual twin on a network built from the rate
+  (inter-node: R; the per-message latency, ``sync_s`` and the intra-node link: this machine's
+  loopback, measured now as ``benchmarks.calibrate`` does) and the compute time of a step measured
+  alone (4 single-process runs at once, ``calibrate.measure_batch``). Without root these are left out,
+  with the reason printed.
+
+It writes one row per case (``COLUMNS``) and prints the geometric mean of the test rows' |relative
+error| per network, the figure simulators publish (ASTRA-sim, vTrain, Echo: their validation tables).
+``geomean_by_network`` reads that file back for the report. Run directories go under ``--work``
+(a temporary folder by default, removed at the end); a run already finished there is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+import algorithms
+from algorithms.daso import DASO
+from algorithms.topology import Topology
+from benchmarks import calibrate, cluster, netns, run, tasks
+from benchmarks.virtual import FORWARD_SHARE
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "analysis" / "papers" / "validation.yaml"
+OUT = ROOT / "results" / "tables" / "validation.csv"
+COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
+ROLES = ("fit", "test")
+QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step")
+UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None}
+EMULATED = "emulated"  # the network column of the emulated runs, whatever their rate
+
+
+class FixedDASO(DASO):
+    """DASO with B and S fixed for the whole run and no warm-up or cool-down (DASO's Table 2).
+
+    The papers' parameter study (J. Big Data 2022, Table 2) disables the phases and holds the
+    batches between global syncs (B) and the batches a sync is waited for (S) fixed (Heat's
+    ``disable_cycling``); DASO's own schedule starts each cycle at B_max and S = B_max // 4 and
+    halves both on a plateau, which could not give the table's S = 0 or S = B rows.
+    """
+
+    def __init__(
+        self, topology: Topology, *, global_skips: int = 1, batches_to_wait: int = 0, chunk_size: int = 10_000_000
+    ) -> None:
+        if not 0 <= batches_to_wait <= global_skips:
+            raise ValueError(f"batches_to_wait must be 0 to global_skips ({global_skips}), got {batches_to_wait}")
+        super().__init__(
+            topology, max_global_skips=global_skips, sync_warmup_epochs=0, sync_cooldown_epochs=0, chunk_size=chunk_size
+        )
+        self.fixed = (global_skips, batches_to_wait)
+
+    def _start_cycle(self) -> None:
+        self.B, self.S = self.fixed
+
+    def end_epoch(self, train_loss: float) -> None:
+        super().end_epoch(train_loss)
+        self.B, self.S = self.fixed  # no plateau halving, no cool-down
+
+
+def register() -> None:
+    """Make ``daso_fixed`` runnable: the simulated runs are threads of this process, so registering
+    it here is enough."""
+    if "daso_fixed" not in algorithms.REGISTRY:
+        algorithms.register("daso_fixed", FixedDASO)
+
+
+# -- the case file ------------------------------------------------------------------------------
+
+
+def load(path: Path = CASES) -> tuple[list[dict], list[dict]]:
+    """The cases and the left-out measurements of ``path``, each case checked for what it needs."""
+    data = yaml.safe_load(Path(path).read_text())
+    cases, left_out = data["cases"], data.get("left_out", [])
+    names = set()
+    for case in cases:
+        name = case.get("case")
+        missing = [k for k in ("case", "source", "network", "role", "quantity", "unit") if not case.get(k)]
+        if missing:
+            raise ValueError(f"case {name!r}: missing {', '.join(missing)}")
+        if name in names:
+            raise ValueError(f"case {name!r} appears twice")
+        names.add(name)
+        if case["role"] not in ROLES or case["quantity"] not in QUANTITIES or case["unit"] not in UNITS:
+            raise ValueError(f"case {name!r}: role in {ROLES}, quantity in {QUANTITIES}, unit in {list(UNITS)}")
+        if case["quantity"] == "emulated_step":
+            if "rate_mbit" not in case or case["network"] != EMULATED:
+                raise ValueError(f"case {name!r}: an emulated case names rate_mbit and network {EMULATED!r}")
+        elif not isinstance(case.get("measured"), (int, float)) or "run" not in case:
+            raise ValueError(f"case {name!r}: a published case gives its measured number and its run")
+        if case["quantity"] == "speedup" and "baseline" not in case:
+            raise ValueError(f"case {name!r}: a speedup names its baseline run")
+    return cases, left_out
+
+
+def relative_error(measured: float, predicted: float) -> float:
+    """Signed: the prediction over the measurement, less 1 (+0.1 predicts 10 % too high)."""
+    return predicted / measured - 1.0
+
+
+def geomean_abs(errors: list[float]) -> float:
+    """The geometric mean of |e|: one large error does not hide the rest, as in an arithmetic mean."""
+    if not errors:
+        return math.nan
+    if any(e == 0 for e in errors):
+        return 0.0
+    return math.exp(sum(math.log(abs(e)) for e in errors) / len(errors))
+
+
+def geomean_by_network(rows: list[dict] | Path | str = OUT) -> dict[str, float]:
+    """{network: geomean |relative error| of its test rows}, from rows or a validation.csv."""
+    if isinstance(rows, (str, Path)):
+        with open(rows, newline="") as f:
+            rows = list(csv.DictReader(f))
+    errors: dict[str, list[float]] = {}
+    for r in rows:
+        if r["role"] == "test" and r["relative_error"] not in ("", None):
+            errors.setdefault(r["network"], []).append(float(r["relative_error"]))
+    return {net: geomean_abs(e) for net, e in errors.items()}
+
+
+# -- the runs -----------------------------------------------------------------------------------
+
+
+def run_name(spec: dict) -> str:
+    """A folder name unique to a run's arguments (cases that share a run share its folder)."""
+    items = "_".join(f"{k}={v}" for k, v in sorted(spec.get("set", {}).items()))
+    digest = hashlib.sha1(items.encode()).hexdigest()[:10]
+    return f"{spec['algorithm']}-{spec['task']}-n{spec['nodes']}x{spec['procs_per_node']}-{digest}"
+
+
+def run_argv(spec: dict, out: Path, extra: dict | None = None) -> list[str]:
+    """``benchmarks.run``'s arguments for ``spec`` (algorithm, task, nodes, procs_per_node, seed, set),
+    the settings of ``extra`` after its own; knobs of other algorithms are dropped, as a matrix does."""
+    argv = ["--algorithm", spec["algorithm"], "--task", spec["task"], "--nodes", str(spec["nodes"])]
+    argv += ["--procs-per-node", str(spec["procs_per_node"]), "--seed", str(spec.get("seed", 0))]
+    argv += ["--out", str(out), "--keep-finished", "--set", "wandb=false", "--set", "checkpoint_every=0"]
+    items = [f"{k}={v}" for k, v in {**spec.get("set", {}), **(extra or {})}.items()]
+    from benchmarks import config  # the settings' own module: imported here, after the registration
+
+    for item in config.overrides_for(spec["algorithm"], spec["task"], items):
+        argv += ["--set", item]
+    return argv
+
+
+def simulate(spec: dict, work: Path, extra: dict | None = None) -> Path:
+    """Run ``spec`` on the virtual cluster in this process (its ranks are threads); its folder."""
+    register()
+    out = work / (run_name({**spec, "set": {**spec.get("set", {}), **(extra or {})}}))
+    argv = run_argv(spec, out, {"clock": "simulated", **(extra or {})})
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        code = run.main(argv)
+    if code != 0:
+        raise RuntimeError(f"simulated run failed: python -m benchmarks.run {' '.join(argv)} (see {out}/log.txt)")
+    return out
+
+
+def rows_of(rundir: Path) -> list[dict]:
+    with open(rundir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def train_step_s(rundir: Path) -> float:
+    """Seconds of simulated training a step: the run's clock less what its evaluations were charged
+    (``VirtualClock.evaluate``: a forward third of a batch per batch of the largest rank's share of
+    the validation set), over its steps. The papers' throughputs count training steps."""
+    cfg, summary = json.loads((rundir / "config.json").read_text()), json.loads((rundir / "summary.json").read_text())
+    h, s = cfg["hparams"], cfg["settings"]
+    _, val_set = tasks.get(cfg["task"]).make_datasets(None)
+    per_eval = FORWARD_SHARE * s["sim_step_ms"] / 1e3 * math.ceil(len(val_set) / cfg["world_size"]) / h["batch_size"]
+    return (summary["wall_s"] - len(rows_of(rundir)) * per_eval) / summary["steps"]
+
+
+def steady_step_s(rundir: Path) -> float:
+    """Seconds a step after the first evaluation: start-up and the first steps' warm-up left out,
+    one evaluation an epoch kept in (the real run and its twin both pay it)."""
+    rows = rows_of(rundir)
+    first, last = rows[0], rows[-1]
+    return (float(last["wall_s"]) - float(first["wall_s"])) / (int(last["step"]) - int(first["step"]))
+
+
+def predict_published(case: dict, work: Path) -> float:
+    """The case's number from its simulated run (and its baseline's)."""
+    step = train_step_s(simulate(case["run"], work))
+    quantity, unit = case["quantity"], case["unit"]
+    if quantity == "steps_per_s":
+        return 1.0 / step
+    if quantity == "speedup":
+        return train_step_s(simulate(case["baseline"], work)) / step
+    steps = case["steps"]
+    total = steps["epochs"] * steps["samples"] / (steps["gpus"] * steps["batch"])
+    return step * total / UNITS[unit]
+
+
+# -- the emulated network -----------------------------------------------------------------------
+
+
+def measure_machine(work: Path) -> dict:
+    """This machine's loopback link and ``sync_s`` (``calibrate.measure_network``) and a step's
+    compute with 4 ranks on its cores (``calibrate.measure_batch``): the inputs of the emulated
+    cases' twins, measured on the calibration's own cells (all ranks on loopback, no shaping)."""
+    net, _ = calibrate.measure_network()
+    machine = {"intra": vars(net.intra), "sync_s": net.sync_s, "skips": net.skips_empty_segments}
+    machine["step_ms"] = calibrate.measure_batch() * 1e3
+    (work / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")  # for the record: never reused
+    return machine
+
+
+def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
+    """The virtual cluster's network for links of ``rate_mbit``: between nodes the configured rate
+    (tc's mbit: 10^6 bit/s) and the loopback's per-message latency (tbf adds no delay: no netem
+    here); inside a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
+    intra = cluster.Link(**machine["intra"])
+    inter = cluster.Link(latency_s=intra.latency_s, bandwidth_bps=rate_mbit * 1e6 / 8)
+    source = "benchmarks/validate.py: the tbf rate of benchmarks/netns.py, the loopback's latency"
+    net = cluster.Network(
+        f"emulated_{rate_mbit:g}mbit",
+        intra,
+        inter,
+        {"inter": source, "intra": "this machine's loopback (benchmarks.calibrate.measure_network)"},
+        sync_s=machine["sync_s"],
+        skips_empty_segments=machine["skips"],
+    )
+    path = work / f"network-{rate_mbit:g}mbit.json"
+    cluster.save(net, path)
+    return path
+
+
+def measure_emulated(case: dict, work: Path) -> Path:
+    """The case's real run behind links of its rate (a process of its own: the launcher forks its
+    ranks, which a process that has run the virtual cluster's threads must not)."""
+    out = work / f"real-{run_name(case['run'])}-{case['rate_mbit']:g}mbit"
+    argv = run_argv(case["run"], out, {"link_mbit": case["rate_mbit"], "device": "cpu"})
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run", *argv], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"emulated run failed: python -m benchmarks.run {' '.join(argv)}\n{done.stderr[-2000:]}")
+    return out
+
+
+def predict_emulated(case: dict, machine: dict, work: Path) -> float:
+    """The twin of the case's real run: same run, virtual clock, this rate's network, the batch alone."""
+    extra = {
+        "sim_network": str(emulated_network(case["rate_mbit"], machine, work)),
+        "sim_step_ms": round(machine["step_ms"], 4),
+        "sim_step_source": "benchmarks.validate: calibrate.measure_batch, 4 runs at once",
+        "device": "cpu",
+    }
+    return steady_step_s(simulate(case["run"], work, extra))
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+def evaluate(case: dict, work: Path, machine: dict | None) -> dict:
+    """One row of the table: the case measured (from the file, or by its real run) and predicted."""
+    if case["quantity"] == "emulated_step":
+        measured = steady_step_s(measure_emulated(case, work)) / UNITS[case["unit"]]
+        predicted = predict_emulated(case, machine, work) / UNITS[case["unit"]]
+    else:
+        measured, predicted = float(case["measured"]), predict_published(case, work)
+    error = relative_error(measured, predicted)
+    row = {k: case[k] for k in ("case", "source", "network", "role", "unit")}
+    return {**row, "measured": measured, "predicted": predicted, "relative_error": error}
+
+
+def write(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, **{k: f"{r[k]:.6g}" for k in ("measured", "predicted", "relative_error")}})
+
+
+def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
+    print(f"{'case':<34} {'role':<4} {'measured':>10} {'predicted':>10} {'error':>7}")
+    for r in rows:
+        m, p, e = r["measured"], r["predicted"], r["relative_error"]
+        print(f"{r['case']:<34} {r['role']:<4} {m:>10.4g} {p:>10.4g} {e:>+7.1%}  {r['unit']}")
+    for why in skipped:
+        print(f"left out: {why}")
+    for item in left_out:
+        print(f"not predicted: {item['source']}: {item['what']} ({item['why']})")
+    counts = {}
+    for r in rows:
+        if r["role"] == "test":
+            counts[r["network"]] = counts.get(r["network"], 0) + 1
+    for net, g in geomean_by_network(rows).items():
+        print(f"geomean |relative error| of the {counts[net]} test rows on {net}: {g:.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.splitlines()[0])
+    p.add_argument("--cases", type=Path, default=CASES)
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")
+    p.add_argument("--only", help="only the cases whose name contains this")
+    args = p.parse_args(argv)
+    cases, left_out = load(args.cases)
+    cases = [c for c in cases if args.only is None or args.only in c["case"]]
+    ok, why = netns.available()
+    skipped = [] if ok else [f"the emulated cases: {why}"]
+    cases = [c for c in cases if ok or c["quantity"] != "emulated_step"]
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="validate-")))
+        work.mkdir(parents=True, exist_ok=True)
+        emulated = [c for c in cases if c["quantity"] == "emulated_step"]
+        machine = measure_machine(work) if emulated else None
+        # The emulated cases first, beside the measurement of their machine's numbers.
+        rows = {c["case"]: evaluate(c, work, machine) for c in emulated}
+        rows |= {c["case"]: evaluate(c, work, machine) for c in cases if c not in emulated}
+    ordered = [rows[c["case"]] for c in cases]
+    write(ordered, args.out)
+    report(ordered, left_out, skipped)
+    print(f"wrote {args.out} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
