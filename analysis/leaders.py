@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.text
 import matplotlib.transforms
 import numpy as np
 import pandas as pd
@@ -66,10 +67,17 @@ def leaders(table: pd.DataFrame, top: int = TOP) -> pd.DataFrame:
 
 
 def workload_label(key: dict) -> str:
-    """A workload in a few words: suite, task and layout, stragglers and the clock where they matter."""
+    """A workload in a few words: suite, task and layout, and its stragglers where it has them (the
+    winner's time says whether it is simulated)."""
     label = f"{key['suite']} · {key['task']} {key['nodes']}×{key['procs_per_node']}"
-    label += "" if key["straggler"] == "none" else f" · stragglers {key['straggler']}"
-    return label + (" · simulated" if key["clock"] == "simulated" else "")
+    return label + ("" if key["straggler"] == "none" else f" · stragglers {key['straggler']}")
+
+
+def _fit(text: matplotlib.text.Text, fig: plt.Figure) -> None:
+    """Shrink a heading's font until it ends inside the figure: a long suite name is read whole."""
+    renderer = fig.canvas.get_renderer()
+    while text.get_window_extent(renderer).x1 > fig.bbox.x1 - 2 and text.get_fontsize() > 5:
+        text.set_fontsize(text.get_fontsize() - 0.5)
 
 
 def plot_first_to_target(table: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
@@ -88,12 +96,13 @@ def plot_first_to_target(table: pd.DataFrame, out_dir: Path, colours: dict | Non
     fig, ax = plt.subplots(figsize=(5.4, 0.8 + ROW_IN * (len(workloads) + len(shown))))
     right = max(1.5, float(np.nanmax(shown["high"].to_numpy(dtype=float), initial=1.0)) * 1.2)
     across = matplotlib.transforms.blended_transform_factory(fig.transFigure, ax.transData)
-    y, ticks, labels = 0, [], []
+    y, ticks, labels, headings = 0, [], [], []
     for key, rows in workloads:
         head = dict(zip(WORKLOAD, key))
         heading = ax.text(0.01, y, workload_label(head), transform=across, va="center", fontsize="small")
         heading.set(fontweight="bold", backgroundcolor="white", zorder=3)  # over the line at 1
         heading.set_in_layout(False)  # placed in the figure's width, not the axes': the layout need not fit it
+        headings.append(heading)
         y += 1
         for _, row in rows.iterrows():
             if pd.isna(row["algorithm"]):
@@ -114,6 +123,8 @@ def plot_first_to_target(table: pd.DataFrame, out_dir: Path, colours: dict | Non
     ax.tick_params(axis="y", length=0)
     ax.set_title(title, fontsize="medium")
     fig.tight_layout()
+    for heading in headings:
+        _fit(heading, fig)
     return plotting.save(fig, out_dir, stem)
 
 

@@ -163,6 +163,14 @@ def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def problem_counts(problems: pd.DataFrame) -> str:
+    """The runs of :func:`problem_runs` in a line, by status, most first: the fold's label, so that a
+    long list is read at a glance and opened only to find one run."""
+    counts = problems["status"].value_counts()
+    by_status = ", ".join(f"{count} {status}" for status, count in counts.items())
+    return f"{len(problems)} run{'s' if len(problems) != 1 else ''}: {by_status}"
+
+
 def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Each environment field with its distinct values over all runs (fields no run has are left out)."""
     rows = []
@@ -507,6 +515,7 @@ def render(files: dict) -> Path:
         calibration=calibration_section(files["calibration"]),
         minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
+        problem_counts=problem_counts(problems),
         metadata=cells(metadata_table(runs)),
     )
     path = Path(files["report"])
