@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cases, left_out = load(args.cases)
     cases = [c for c in cases if args.only is None or args.only in c["case"]]
-    ok, why = netns.available()
+    ok, why = netns.available() if any(c["quantity"] == "emulated_step" for c in cases) else (True, "")
     skipped = [] if ok else [f"the emulated cases: {why}"]
     cases = [c for c in cases if ok or c["quantity"] != "emulated_step"]
     start = time.perf_counter()

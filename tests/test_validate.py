@@ -1,0 +1,131 @@
+"""The validation of the virtual cluster (``benchmarks/validate.py``): its case file, its error
+arithmetic, one simulated prediction end to end, and one emulated case where root allows it."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from benchmarks import netns, validate
+
+OK, WHY = netns.available()
+
+
+def test_the_case_file_parses_and_each_case_names_its_source_and_role():
+    cases, left_out = validate.load()
+    assert {c["role"] for c in cases} == {"fit", "test"}
+    assert all(c["source"] and c["network"] for c in cases)
+    tests = [c for c in cases if c["role"] == "test"]
+    assert len(tests) >= 12 and len({c["network"] for c in tests}) >= 3  # two papers' networks, the emulated one
+    assert all(item["source"] and item["why"] for item in left_out)
+
+
+def test_the_published_numbers_are_the_papers_own():
+    """Every DASO Table 2 time and WAGMA-SGD balanced throughput of the case file is in the papers'
+    tables of analysis/papers, where the claims read them too."""
+    cases, _ = validate.load()
+    daso = pd.read_csv(validate.ROOT / "analysis/papers/daso.csv")
+    times = daso[(daso["source"] == "v2 Table 2") & (daso["quantity"] == "time")]
+    table = {(r.setting.split(";")[0], r.workers): r.value for r in times.itertuples()}
+    t2 = [c for c in cases if c["case"].startswith("daso-t2-")]
+    assert len(t2) == len(table) == 40
+    for c in t2:
+        b, s = c["run"]["set"]["global_skips"], c["run"]["set"]["batches_to_wait"]
+        assert table[(f"B={b}, S={s}", c["steps"]["gpus"])] == c["measured"], c["case"]
+    wagma = pd.read_csv(validate.ROOT / "analysis/papers/wagma.csv")
+    rates = wagma[wagma["quantity"] == "throughput"].set_index("algorithm")["value"]
+    for c in cases:
+        if c["case"].startswith("wagma-balanced-"):
+            assert rates[c["run"]["algorithm"]] == c["measured"], c["case"]
+
+
+def test_the_fit_rows_are_those_the_model_was_chosen_on():
+    cases, _ = validate.load()
+    fit = {c["case"] for c in cases if c["role"] == "fit"}
+    assert fit == {
+        *(f"daso-t2-{g}gpu-B{b}-S0" for g in (32, 128) for b in (1, 32)),
+        "wagma-balanced-adpsgd",
+        "wagma-fig4-over-dpsgd",
+        "wagma-fig4-over-sgp",
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [({"source": ""}, "missing source"), ({"role": "tuned"}, "role in"), ({"measured": None}, "measured number")],
+)
+def test_a_case_without_its_source_role_or_number_is_refused(tmp_path, change, message):
+    case = {"case": "c", "source": "s", "network": "n", "quantity": "steps_per_s", "unit": "steps/s", "role": "test"}
+    case |= {"measured": 1.0, "run": {}} | change
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"cases": [case]}))
+    with pytest.raises(ValueError, match=message):
+        validate.load(path)
+
+
+def test_relative_error_and_its_geometric_mean():
+    assert validate.relative_error(2.0, 2.5) == pytest.approx(0.25)
+    assert validate.relative_error(4.0, 3.0) == pytest.approx(-0.25)
+    assert validate.geomean_abs([0.1, -0.4]) == pytest.approx(0.2)  # sqrt(0.1 x 0.4)
+    assert validate.geomean_abs([0.05, 0.0]) == 0.0
+    assert math.isnan(validate.geomean_abs([]))
+
+
+def test_the_geomean_per_network_scores_test_rows_only(tmp_path):
+    rows = [
+        {"case": "a", "network": "x", "role": "test", "relative_error": 0.1},
+        {"case": "b", "network": "x", "role": "test", "relative_error": -0.9},
+        {"case": "c", "network": "x", "role": "fit", "relative_error": 5.0},
+        {"case": "d", "network": "y", "role": "test", "relative_error": 0.02},
+    ]
+    rows = [{**r, "source": "s", "measured": 1.0, "predicted": 1.0 + r["relative_error"], "unit": "s"} for r in rows]
+    path = tmp_path / "validation.csv"
+    validate.write(rows, path)
+    with open(path, newline="") as f:
+        assert next(csv.reader(f)) == validate.COLUMNS
+    assert validate.geomean_by_network(path) == pytest.approx({"x": 0.3, "y": 0.02})
+
+
+def test_a_simulated_case_runs_end_to_end(tmp_path):
+    """One published-style case through the command: a 2 x 2 allreduce run on the virtual cluster,
+    whose step is its 100 ms batch and a ring all-reduce of microseconds on JUWELS' data-sheet links."""
+    run = {"algorithm": "allreduce", "task": "digits", "nodes": 2, "procs_per_node": 2}
+    run["set"] = {"sim_network": "juwels_booster", "sim_step_ms": 100, "epochs": 1, "batch_size": 64}
+    case = {"case": "tiny", "source": "made up", "network": "juwels_booster", "quantity": "steps_per_s"}
+    case |= {"unit": "steps/s", "measured": 8.0, "role": "test", "run": run}
+    (tmp_path / "cases.yaml").write_text(yaml.safe_dump({"cases": [case]}))
+    out = tmp_path / "validation.csv"
+    argv = ["--cases", str(tmp_path / "cases.yaml"), "--out", str(out), "--work", str(tmp_path / "work")]
+    assert validate.main(argv) == 0
+    (row,) = pd.read_csv(out).to_dict("records")
+    assert row["case"] == "tiny" and row["role"] == "test" and row["measured"] == 8.0
+    assert row["predicted"] == pytest.approx(10.0, rel=1e-3)
+    assert row["relative_error"] == pytest.approx(0.25, rel=1e-2)
+    assert validate.geomean_by_network(out) == pytest.approx({"juwels_booster": 0.25}, rel=1e-2)
+
+
+@pytest.mark.skipif(not OK, reason=f"no emulated network here: {WHY}")
+def test_an_emulated_case_is_measured_behind_its_link_and_predicted(tmp_path):
+    """A real 2 x 2 DDP run behind 25 Mbit/s links and its twin: each step moves the ring's 2(p-1)/p
+    of the 175 kB model across a node's link, 84 ms at the link's rate, which both must pay."""
+    run = {"algorithm": "ddp", "task": "digits", "nodes": 2, "procs_per_node": 2}
+    run["set"] = {"epochs": 2, "evals_per_epoch": 1}
+    case = {"case": "emu", "source": "here", "network": "emulated", "quantity": "emulated_step", "unit": "ms"}
+    case |= {"rate_mbit": 25, "role": "test", "run": run}
+    machine = {"intra": {"latency_s": 1e-3, "bandwidth_bps": 1e9}, "sync_s": 0.0, "skips": True, "step_ms": 7.0}
+    row = validate.evaluate(case, tmp_path, machine)
+    floor_ms = 1.5 * 174_664 / (25e6 / 8) * 1e3
+    assert row["measured"] > 0.8 * floor_ms and row["predicted"] > floor_ms
+    assert row["relative_error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+
+
+def test_the_calibration_names_its_fit_and_test_algorithms():
+    """calibration.csv's role: the algorithms the model was chosen on are fit, the rest test."""
+    from benchmarks import calibrate
+
+    assert set(calibrate.FITTED).isdisjoint(calibrate.TESTED)
+    assert calibrate.PREDICTED == [*calibrate.FITTED, *calibrate.TESTED] and calibrate.TESTED
