@@ -375,8 +375,6 @@ def _check_values(config: RunConfig) -> None:
             raise ConfigError(f"--set sim_network: {error}") from None
     if s["link_mbit"] < 0:
         raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s['link_mbit']}")
-    if s["link_mbit"] > 0:
-        _check_emulated_network(s)
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
     if s["straggler"] in ("fixed", "slow") and not 0 < s["straggler_ranks"] <= workers:
@@ -520,21 +518,27 @@ def matrices(config: dict[str, object]) -> list[dict[str, object]]:
     return result
 
 
-def _check_emulated_network(s: dict) -> None:
-    """``link_mbit`` shapes the links of network namespaces that the local launcher makes: it needs
-    root and ``ip netns``, gloo on the CPU (NCCL's shared-memory paths would bypass the shaping), and
-    a launch from this machine (under srun or mpirun the ranks are started elsewhere)."""
+def check_launch(cfg: RunConfig, started) -> None:
+    """What only the way a run was started decides, checked before it trains: ``link_mbit`` shapes the
+    links of network namespaces that the local launcher makes, so it needs a plain start on this
+    machine (``started`` None: under srun or mpirun the ranks are started elsewhere), root and
+    ``ip netns``, and gloo on the CPU (NCCL's shared-memory paths would bypass the shaping).
+    ``started`` is ``launcher.detect()``'s answer; a rank the local launcher forked is inside the
+    network it made."""
+    s = cfg.settings
+    if s["link_mbit"] <= 0 or (started is not None and started.launcher == "local"):
+        return
+    if started is not None:
+        raise ConfigError(
+            f"--set link_mbit: the emulated network is for plain local starts, not under {started.launcher}; "
+            "leave link_mbit out (0)"
+        )
     import torch  # noqa: PLC0415
 
-    from benchmarks import launcher, netns  # noqa: PLC0415 - only where the setting is used
+    from benchmarks import netns  # noqa: PLC0415 - only where the setting is used
 
     if s["device"] == "cuda" or (s["device"] == "auto" and torch.cuda.is_available()):
         raise ConfigError("--set link_mbit: the emulated network carries gloo on the CPU; add --set device=cpu")
-    started = launcher.detect()
-    if started is not None and started.launcher == "local":
-        return  # a rank of the local launcher, inside the network that its launcher checked and made
-    if started is not None:
-        raise ConfigError("--set link_mbit: the emulated network is for local launches; start the run plainly")
     ok, why = netns.available()
     if not ok:
         raise ConfigError(f"--set link_mbit: no emulated network here ({why}); leave link_mbit out (0)")

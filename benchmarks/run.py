@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             args.algorithm, args.task, args.nodes, args.procs_per_node, args.seed, args.out, args.overrides
         )
         started = launcher.detect()  # once: under mpirun and horovodrun it meets the other ranks
+        config_mod.check_launch(cfg, started)
         if rundir.take(
             cfg.out, started is None or (started.launcher != "local" and started.rank == 0), args.keep_finished
         ):

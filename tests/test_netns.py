@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import netns
+from benchmarks import launcher, netns
 
 ROOT = Path(__file__).resolve().parent.parent
 OK, WHY = netns.available()
@@ -63,7 +63,7 @@ def test_made_and_removed():
 
 SIGNALLED = """
 import sys, time
-from benchmarks import netns
+from benchmarks import launcher, netns
 with netns.emulated(2, 100.0) as net:
     print(" ".join((*net.namespaces, net.bridge)), flush=True)
     time.sleep(120)
@@ -219,5 +219,9 @@ def test_the_link_mbit_setting_is_refused_where_it_cannot_work(monkeypatch):
     with pytest.raises(config.ConfigError, match="link_mbit"):
         config.resolve(**args, overrides=["link_mbit=10", "clock=simulated"])
     monkeypatch.setattr(netns, "available", lambda: (False, "emulated networks need root (ip netns, tc)"))
+    cfg = config.resolve(**args, overrides=["link_mbit=10", "device=cpu"])
     with pytest.raises(config.ConfigError, match=r"no emulated network here \(emulated networks need root"):
-        config.resolve(**args, overrides=["link_mbit=10", "device=cpu"])
+        config.check_launch(cfg, None)
+    srun = launcher.Launch(0, 4, "srun", "host", 1234, "1", local_rank=0, local_size=2)
+    with pytest.raises(config.ConfigError, match="not under srun"):
+        config.check_launch(cfg, srun)
