@@ -300,6 +300,7 @@ def _rounds(rank: int, world: int, store: str, out: str) -> None:
         torch.save({"rounds": [g.tolist() for g in gathered], "partial_share": partial_share}, out)
 
 
+@pytest.mark.slow  # trains for tens of seconds: not the quick subset's
 def test_no_deadlock_across_200_averaging_rounds_with_uneven_updaters(tmp_path):
     out = str(tmp_path / "rounds.pt")
     context = mp.start_processes(

@@ -131,6 +131,7 @@ def test_label_ids_map_to_the_19_train_ids():
 # ---- loaders, one step, evaluation -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains for tens of seconds: not the quick subset's
 def test_cityscapes_fixture_loads_trains_and_evaluates(tmp_path):
     task = tasks.get("cityscapes_deeplabv3")
     with pytest.raises(DataRootError, match="--set data_root=DIR"):
@@ -151,6 +152,7 @@ def test_cityscapes_fixture_loads_trains_and_evaluates(tmp_path):
     assert math.isfinite(val_loss) and 0.0 <= miou <= 1.0
 
 
+@pytest.mark.slow  # trains for tens of seconds: not the quick subset's
 def test_wmt17_fixture_builds_its_tokenizer_trains_and_evaluates(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     task = tasks.get("wmt17_transformer")
@@ -180,6 +182,7 @@ def test_wmt17_names_a_missing_file(tmp_path):
         tasks.get("wmt17_transformer").check_data(tmp_path)
 
 
+@pytest.mark.slow  # trains for tens of seconds: not the quick subset's
 def test_navigation_rollouts_train_and_evaluate():
     task = tasks.get("navigation_ddppo")
     train, val = task.make_datasets(None)
