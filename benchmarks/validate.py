@@ -47,7 +47,7 @@ import yaml
 import algorithms
 from algorithms.daso import DASO
 from algorithms.topology import Topology
-from benchmarks import calibrate, cluster, netns, run, tasks
+from benchmarks import calibrate, cluster, config, netns, run, tasks
 from benchmarks.virtual import FORWARD_SHARE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,22 +165,27 @@ def run_argv(spec: dict, out: Path, extra: dict | None = None) -> list[str]:
     argv += ["--procs-per-node", str(spec["procs_per_node"]), "--seed", str(spec.get("seed", 0))]
     argv += ["--out", str(out), "--keep-finished", "--set", "wandb=false", "--set", "checkpoint_every=0"]
     items = [f"{k}={v}" for k, v in {**spec.get("set", {}), **(extra or {})}.items()]
-    from benchmarks import config  # the settings' own module: imported here, after the registration
-
     for item in config.overrides_for(spec["algorithm"], spec["task"], items):
         argv += ["--set", item]
     return argv
 
 
+_SIMULATED: set[Path] = set()  # the folders this process ran: it holds their locks until it ends
+
+
 def simulate(spec: dict, work: Path, extra: dict | None = None) -> Path:
-    """Run ``spec`` on the virtual cluster in this process (its ranks are threads); its folder."""
+    """Run ``spec`` on the virtual cluster in this process (its ranks are threads); its folder. A run
+    that several cases share (a speed-up's baseline) runs once."""
     register()
     out = work / (run_name({**spec, "set": {**spec.get("set", {}), **(extra or {})}}))
+    if out in _SIMULATED:
+        return out
     argv = run_argv(spec, out, {"clock": "simulated", **(extra or {})})
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         code = run.main(argv)
     if code != 0:
         raise RuntimeError(f"simulated run failed: python -m benchmarks.run {' '.join(argv)} (see {out}/log.txt)")
+    _SIMULATED.add(out)
     return out
 
 
@@ -228,7 +233,7 @@ def measure_machine(work: Path) -> dict:
     """This machine's loopback link and ``sync_s`` (``calibrate.measure_network``) and a step's
     compute with 4 ranks on its cores (``calibrate.measure_batch``): the inputs of the emulated
     cases' twins, measured on the calibration's own cells (all ranks on loopback, no shaping)."""
-    net, _ = calibrate.measure_network()
+    net, _ = calibrate.measure_network(reps=20)  # a third of the calibration's: a minute, not three
     machine = {"intra": vars(net.intra), "sync_s": net.sync_s, "skips": net.skips_empty_segments}
     machine["step_ms"] = calibrate.measure_batch() * 1e3
     (work / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")  # for the record: never reused

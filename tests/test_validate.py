@@ -92,16 +92,19 @@ def test_the_geomean_per_network_scores_test_rows_only(tmp_path):
 
 def test_a_simulated_case_runs_end_to_end(tmp_path):
     """One published-style case through the command: a 2 x 2 allreduce run on the virtual cluster,
-    whose step is its 100 ms batch and a ring all-reduce of microseconds on JUWELS' data-sheet links."""
+    whose step is its 100 ms batch and a ring all-reduce of microseconds on JUWELS' data-sheet links;
+    a second case shares its run (the process holds a run's folder while it lives: it runs once)."""
     run = {"algorithm": "allreduce", "task": "digits", "nodes": 2, "procs_per_node": 2}
     run["set"] = {"sim_network": "juwels_booster", "sim_step_ms": 100, "epochs": 1, "batch_size": 64}
     case = {"case": "tiny", "source": "made up", "network": "juwels_booster", "quantity": "steps_per_s"}
     case |= {"unit": "steps/s", "measured": 8.0, "role": "test", "run": run}
-    (tmp_path / "cases.yaml").write_text(yaml.safe_dump({"cases": [case]}))
+    same = {**case, "case": "same", "quantity": "speedup", "unit": "x", "measured": 1.0, "role": "fit", "baseline": run}
+    (tmp_path / "cases.yaml").write_text(yaml.safe_dump({"cases": [case, same]}))  # one run, shared
     out = tmp_path / "validation.csv"
     argv = ["--cases", str(tmp_path / "cases.yaml"), "--out", str(out), "--work", str(tmp_path / "work")]
     assert validate.main(argv) == 0
-    (row,) = pd.read_csv(out).to_dict("records")
+    row, shared = pd.read_csv(out).to_dict("records")
+    assert shared["predicted"] == 1.0 and shared["role"] == "fit"  # a run's speed-up over itself
     assert row["case"] == "tiny" and row["role"] == "test" and row["measured"] == 8.0
     assert row["predicted"] == pytest.approx(10.0, rel=1e-3)
     assert row["relative_error"] == pytest.approx(0.25, rel=1e-2)
