@@ -90,6 +90,7 @@ def test_the_geomean_per_network_scores_test_rows_only(tmp_path):
     assert validate.geomean_by_network(path) == pytest.approx({"x": 0.3, "y": 0.02})
 
 
+@pytest.mark.slow  # runs (through the runner, in this process): not the quick subset's
 def test_a_simulated_case_runs_end_to_end(tmp_path):
     """One published-style case through the command: a 2 x 2 allreduce run on the virtual cluster,
     whose step is its 100 ms batch and a ring all-reduce of microseconds on JUWELS' data-sheet links;
@@ -111,6 +112,7 @@ def test_a_simulated_case_runs_end_to_end(tmp_path):
     assert validate.geomean_by_network(out) == pytest.approx({"juwels_booster": 0.25}, rel=1e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not OK, reason=f"no emulated network here: {WHY}")
 def test_an_emulated_case_is_measured_behind_its_link_and_predicted(tmp_path):
     """A real 2 x 2 DDP run behind 25 Mbit/s links and its twin: each step moves the ring's 2(p-1)/p
