@@ -30,6 +30,7 @@ from benchmarks import config as run_config  # noqa: E402
 
 STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
 CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m benchmarks.calibrate), beside its .png
+VALIDATION = "results/tables/validation.csv"  # by hand (python -m benchmarks.validate)
 
 # One controller per directory; a restart after a killed one continues (benchmarks/controller.py).
 # Not in the job steps a cluster executor starts: those read this file too.
@@ -298,6 +299,7 @@ rule report:
         papers_yaml="analysis/papers/papers.yaml",
         figures=rules.figures.output.png,
         calibration=present(CALIBRATION, CALIBRATION.replace(".csv", ".png")),
+        validation=present(VALIDATION),
         started=present(STARTED),
     output:
         "results/report.html",
@@ -309,4 +311,4 @@ rule report:
         " --performance-profile {input.performance_profile} --papers {input.papers} --claims {input.claims}"
         " --global-syncs {input.global_syncs} --dana {input.dana}"
         " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output}"
-        " --calibration {CALIBRATION} --started {STARTED} > {log} 2>&1"  # each read where present
+        " --calibration {CALIBRATION} --validation {VALIDATION} --started {STARTED} > {log} 2>&1"  # each where present

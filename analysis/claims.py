@@ -79,6 +79,7 @@ NOT_CONDITIONS = {"suite", "run_id", "out", "data_root", "wandb", "wandb_project
 COLUMNS = [
     "paper", "id", "claim", "source", "quantity", "paper_value", "value", "low", "high", "coverage", "verdict", "why",
     "seeds", "unfinished", "nodes", "network", "clock", "conditions", "setting", "experiment", "suite",
+    "sim_network",
 ]  # fmt: skip
 
 
@@ -332,6 +333,7 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
         for c in ("paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment")
     }
     row.update(measure(claim, runs))
+    row["sim_network"] = claim.requires.get("sim_network", "") if claim.simulated else ""  # its validation's key
     row["network"] = ""
     if claim.simulated and row["verdict"] != UNMEASURED:
         ends = {s: measure(claim, runs, {**claim.requires, "sim_inter_speed": s}) for s in SENSITIVITY}

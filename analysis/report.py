@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 from analysis import aggregate, claims, cli, dana, figures, intervals, papers, profile, scaling, stragglers, tables
@@ -55,6 +56,7 @@ FILES = {
     "dana": "tables/dana.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
+    "validation": "tables/validation.csv",  # python -m benchmarks.validate's, shown where present
     "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
     "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",
@@ -65,6 +67,7 @@ SECTIONS = [
     "Claims",
     "Summary",
     "Performance profile",
+    "Virtual cluster against measurements",
     "Virtual cluster against this machine",
     "Paper vs this suite",
     "Runs that did not converge or failed",
@@ -363,7 +366,18 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def claim_lines(verdicts: pd.DataFrame) -> list[dict]:
+def model_error(network: str, errors: dict[str, tuple[float, int]]) -> str:
+    """What a simulated claim's verdict rests on: its network model's out-of-sample error, the geomean
+    |relative error| of the validation's test rows on that network (``benchmarks/validate.py``)."""
+    if not network:
+        return ""
+    if network not in errors:
+        return f"{network}: no test rows (python -m benchmarks.validate)"
+    error, rows = errors[network]
+    return f"{network}: {error:.1%} geomean |error| over {rows} test rows"
+
+
+def claim_lines(verdicts: pd.DataFrame, errors: dict[str, tuple[float, int]] | None = None) -> list[dict]:
     """The claims as the report's first screen: per claim one line (its paper, the claim, the verdict
     and a CSS class for its badge, this suite's value beside the paper's) and the details a click
     away (the interval and its coverage, why, the verdict with the inter-node link at half and twice
@@ -390,6 +404,7 @@ def claim_lines(verdicts: pd.DataFrame) -> list[dict]:
             ("this suite [interval]", value(row, interval=True)),
             ("verdict", f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]),
             ("inter-node link ½× and 2×", row["network"]),
+            ("the network model's error out of sample", model_error(row.get("sim_network", ""), errors or {})),
             ("conditions", where(row)),
         ]
         lines.append(
@@ -405,6 +420,33 @@ def claim_lines(verdicts: pd.DataFrame) -> list[dict]:
             }
         )
     return lines
+
+
+def validation_errors(rows: pd.DataFrame) -> dict[str, tuple[float, int]]:
+    """{network: (geomean |relative error| of its test rows, their count)}; fit rows are never scored."""
+    tested = rows[rows["role"] == "test"].dropna(subset=["relative_error"])
+    return {
+        str(net): (float(np.exp(np.log(np.maximum(g["relative_error"].abs(), 1e-12)).mean())), len(g))
+        for net, g in tested.groupby("network")
+    }
+
+
+def validation_section(path: Path) -> dict | None:
+    """The virtual cluster against measurements it was not fitted to (``benchmarks/validate.py``'s
+    table): per network the geomean |error| of the test rows, then every row; None where not run."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    rows = pd.read_csv(path)
+    errors = validation_errors(rows)
+    shown = rows[["case", "source", "network", "role", "measured", "predicted", "relative_error"]].copy()
+    shown["relative_error"] = shown["relative_error"].map(lambda e: None if pd.isna(e) else f"{e:+.1%}")
+    for column in ("measured", "predicted"):
+        shown[column] = shown[column].map(lambda v: None if pd.isna(v) else f"{v:.4g}")
+    if "unit" in rows:
+        shown.insert(6, "unit", rows["unit"])
+    summary = "; ".join(f"{net} {e:.1%} over {n} test rows" for net, (e, n) in sorted(errors.items()))
+    return {"summary": summary or "no test rows", "table": cells(shown)}
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -466,6 +508,7 @@ def render(files: dict) -> Path:
     hardware = hardware_here(runs)
     problems = problem_runs(runs)
     summary = summary_table(table)
+    validated = Path(files["validation"]).is_file()
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -481,7 +524,7 @@ def render(files: dict) -> Path:
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
         contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
-        claims=claim_lines(verdicts),
+        claims=claim_lines(verdicts, validation_errors(pd.read_csv(files["validation"])) if validated else {}),
         first_figure=shown.get(
             "Who reaches the target first on each workload: the three fastest by median time to target, "
             "over the fastest's, with the 95 % interval of the median",
@@ -512,6 +555,7 @@ def render(files: dict) -> Path:
             for key, meta in papers.load_meta(files["papers_yaml"]).items()
         ],
         dana=_dana(dana.read(files["dana"])),
+        validation=validation_section(files["validation"]),
         calibration=calibration_section(files["calibration"]),
         minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,

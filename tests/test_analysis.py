@@ -744,3 +744,33 @@ def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
     started.write_text("1000.0\n")  # seconds since the epoch, as the Snakefile's onstart writes
     assert report.workflow_minutes(started, now=1000.0 + 519.0) == pytest.approx(8.65)
     assert report.workflow_minutes(tmp_path / "absent.txt") is None  # rendered by hand: nothing said
+
+
+def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_error(tmp_path: Path) -> None:
+    """validation.csv (python -m benchmarks.validate): per network the geomean |error| of its test rows
+    only, and a simulated claim's detail names the error of the network it ran on."""
+    path = tmp_path / "validation.csv"
+    pd.DataFrame(
+        [
+            dict(
+                case="a", source="s", network="piz_daint", measured=1.0, predicted=1.1, relative_error=0.1, role="test"
+            ),
+            dict(
+                case="b", source="s", network="piz_daint", measured=1.0, predicted=0.9, relative_error=-0.4, role="test"
+            ),
+            dict(
+                case="c", source="s", network="piz_daint", measured=1.0, predicted=3.0, relative_error=2.0, role="fit"
+            ),
+        ]
+    ).to_csv(path, index=False)
+    errors = report.validation_errors(pd.read_csv(path))
+    assert errors["piz_daint"][0] == pytest.approx(0.2) and errors["piz_daint"][1] == 2  # sqrt(0.1 * 0.4); fit unscored
+    assert report.validation_section(path)["summary"] == "piz_daint 20.0% over 2 test rows"
+    assert report.validation_section(tmp_path / "absent.csv") is None
+    verdicts = claims.table(pd.DataFrame(), claims.load())
+    verdicts["sim_network"] = verdicts["sim_network"].fillna("")
+    lines = {line["claim"]: dict(line["details"]) for line in report.claim_lines(verdicts, errors)}
+    wagma = next(d for c, d in lines.items() if "Allreduce" in c)
+    assert wagma["the network model's error out of sample"] == "piz_daint: 20.0% geomean |error| over 2 test rows"
+    daso = next(d for c, d in lines.items() if "Horovod" in c and "here 16 and 64" in c)  # the simulated one
+    assert "juwels_booster_heat: no test rows" in daso["the network model's error out of sample"]
