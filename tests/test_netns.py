@@ -163,33 +163,6 @@ def test_gloo_ranks_in_their_nodes_namespaces(tmp_path):
     assert min(result["sent"]) > 4e6  # each node sent its share of 16 MB over its own link
 
 
-RUN = """
-import json, sys
-from benchmarks import launcher, netns, run
-
-plain = launcher.run_locally
-with netns.emulated(2, 400.0) as net:
-    launcher.run_locally = lambda entry, argv, cfg: plain(entry, argv, cfg, network=net)
-    code = run.main(sys.argv[1:])
-    print(json.dumps({"code": code, "sent": [netns.tx_bytes(n) for n in net.namespaces]}))
-"""
-
-
-@needs_netns
-def test_run_on_the_emulated_network(tmp_path):
-    """A tiny ``benchmarks.run`` (DDP, digits, 2 nodes x 2 ranks) completes with its nodes' ranks in
-    their namespaces: the wiring a run setting would use."""
-    out = tmp_path / "run"
-    argv = ["--algorithm", "ddp", "--task", "digits", "--nodes", "2", "--procs-per-node", "2", "--seed", "1"]
-    argv += ["--out", str(out), "--set", "wandb=false", "--set", "epochs=1"]
-    done = subprocess.run([sys.executable, "-c", RUN, *argv], cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["code"] == 0
-    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
-    assert min(result["sent"]) > 100e3, result  # the gradients' all-reduce crossed both links
-
-
 @needs_netns
 def test_the_link_mbit_setting_runs_on_a_link_of_that_rate(tmp_path, run_benchmark):
     """``--set link_mbit=R``: the run's nodes talk over links of R Mbit/s, so its time is at least its
