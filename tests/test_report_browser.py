@@ -34,6 +34,7 @@ EXPECTED_SECTIONS = [
     "Suite: local",
     "Suite: local-stragglers",
     "Performance profile",
+    "Virtual cluster against measurements",
     "Virtual cluster against this machine",
     "Paper vs this suite",
     "Runs that did not converge or failed",
