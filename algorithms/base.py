@@ -141,7 +141,7 @@ class Algorithm(abc.ABC):
     tracks_spread: ClassVar[bool] = False  # models differ between syncs; the runner logs ``model_spread()``
     sgd_only: ClassVar[bool] = False  # it applies its own SGD-momentum rule, not the run's optimizer
     # What runs it under ``--set clock=simulated``: "virtual" (the runner's loop, this class's own code,
-    # on the virtual cluster's ranks: benchmarks/virtual.py), "arrivals" (the parameter server's
+    # on the virtual cluster's ranks: benchmarks/virtual/), "arrivals" (the parameter server's
     # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).
     simulator: ClassVar[str | None] = None
     columns: ClassVar[tuple[str, ...]] = ()  # its own metrics.csv columns; ``metrics()`` gives their values

@@ -4,7 +4,7 @@ and the count of the bytes each rank sends.
 Every message an algorithm sends goes through this module's ``all_reduce``, ``broadcast``, ``send``,
 ``isend`` and ``batch_isend_irecv``, which count its bytes and hand it to ``torch.distributed``
 unchanged. A collective counts what the algorithm of its cost model sends from each rank
-(``benchmarks/cluster.py`` charges time for the same bytes): a ring all-reduce of n bytes over p
+(``benchmarks/virtual/network.py`` charges time for the same bytes): a ring all-reduce of n bytes over p
 ranks sends 2(p-1)/p n from each; a binomial-tree broadcast sends p-1 messages of n bytes, counted
 as (p-1)/p n on each rank, so that the mean over ranks is exact; a point-to-point message counts n
 on its sender. Where a library sends for the algorithm (DDP's and PowerSGD's buckets, Horovod's
@@ -28,7 +28,7 @@ _threads = threading
 
 def threads():
     """Where an algorithm gets its threads, locks, events and conditions: ``threading`` on a real
-    job; on the virtual cluster (``benchmarks/virtual.py``) stand-ins whose waits run on its clock.
+    job; on the virtual cluster (``benchmarks/virtual/``) stand-ins whose waits run on its clock.
     Use ``comm.threads().Thread(...)`` where one would write ``threading.Thread(...)``."""
     return _threads
 
@@ -42,7 +42,7 @@ def use_threads(provider):
 
 def side_backend() -> str:
     """The backend of a CPU side channel beside the default group (a control group, a progress or
-    gossip thread's own channel): gloo, or, on the virtual cluster (``benchmarks/virtual.py``), its
+    gossip thread's own channel): gloo, or, on the virtual cluster (``benchmarks/virtual/``), its
     own groups, which carry CPU tensors too."""
     return "virtual" if dist.is_initialized() and dist.get_backend() == "virtual" else "gloo"
 

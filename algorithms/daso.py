@@ -129,8 +129,12 @@ class DASO(Algorithm):
     weighted 2S (``merge``) and broadcast inside the node. Warm-up and cool-down epochs average
     every batch, blocking, with the parameters cast to ``downcast`` for the transfer; the cycling
     phase sends fp32. On a training-loss plateau B and S halve, down to 1; at 1 they reset to
-    ``max_global_skips`` and ``max_global_skips // 4``. Every epoch ends with a blocking average,
-    so all models are equal at each epoch end (batch-norm buffers and momentum stay per node).
+    ``max_global_skips`` and ``max_global_skips // 4`` (or ``batches_to_wait``). With
+    ``fixed_cycle`` B and S stay at ``max_global_skips`` and ``batches_to_wait`` throughout the
+    cycling phase, as in the papers' parameter study (J. Big Data 2022, Table 2, which also turns
+    the warm-up and cool-down off: ``sync_warmup_epochs=0, sync_cooldown_epochs=0``). Every epoch
+    ends with a blocking average, so all models are equal at each epoch end (batch-norm buffers and
+    momentum stay per node).
 
     With one process per node there is no node-local group: each rank forms its own "node", all
     ranks are in the single cross-node group and every global sync involves all of them, so DASO
@@ -138,7 +142,13 @@ class DASO(Algorithm):
 
     Args:
         max_global_skips: B_max, batches between global syncs at the start of each cycle (default
-            4, the papers' experiments); S starts at ``max(1, B_max // 4)``.
+            4, the papers' experiments); S starts at ``batches_to_wait``.
+        batches_to_wait: S at the start of each cycle, the batches a global sync is waited for
+            before its merge, 0 (a blocking average in the batch of the send) to
+            ``max_global_skips``; None (default): ``max(1, max_global_skips // 4)``, the papers' rule.
+        fixed_cycle: hold B = ``max_global_skips`` and S = ``batches_to_wait`` for the whole
+            cycling phase: no halving on a plateau, no reset (the papers'
+            Table 2). False (default): B and S follow the plateaus.
         stability_level: relative loss improvement below which an epoch counts as stable (0.05).
         patience: stable epochs tolerated before a plateau fires (2: fires on the 3rd, as Heat).
         sync_warmup_epochs: blocking epochs at the start (default 4, Heat's default).
@@ -170,6 +180,8 @@ class DASO(Algorithm):
         topology: Topology,
         *,
         max_global_skips: int = 4,
+        batches_to_wait: int | None = None,
+        fixed_cycle: bool = False,
         stability_level: float = 0.05,
         patience: int = 2,
         sync_warmup_epochs: int = 4,
@@ -189,9 +201,20 @@ class DASO(Algorithm):
         ):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"Arg ``{name}`` must be a non-negative integer, got {value}.")
+        if batches_to_wait is not None and (
+            isinstance(batches_to_wait, bool)
+            or not isinstance(batches_to_wait, int)
+            or not 0 <= batches_to_wait <= max_global_skips
+        ):
+            raise ValueError(
+                f"Arg ``batches_to_wait`` must be None or an integer from 0 to ``max_global_skips`` "
+                f"({max_global_skips}), got {batches_to_wait}: lower it, or raise ``max_global_skips``."
+            )
         if downcast not in DOWNCAST:
             raise ValueError(f"Arg ``downcast`` must be one of {sorted(DOWNCAST)}, got {downcast!r}.")
         self.max_global_skips, self.downcast, self.heat_quirks = max_global_skips, DOWNCAST[downcast], heat_quirks
+        self.batches_to_wait = max(1, max_global_skips // 4) if batches_to_wait is None else batches_to_wait
+        self.fixed_cycle = fixed_cycle
         self.warmup, self.cooldown, self.chunk_size = sync_warmup_epochs, sync_cooldown_epochs, chunk_size
         self.plateau = PlateauDetector(stability_level, patience)
         self.B, self.S, self.epoch, self.t, self.rot = 0, 0, 0, 0, 0
@@ -291,11 +314,11 @@ class DASO(Algorithm):
             self._timed_stop(start)
 
     def _start_cycle(self) -> None:
-        self.B, self.S = self.max_global_skips, max(1, self.max_global_skips // 4)
+        self.B, self.S = self.max_global_skips, self.batches_to_wait
 
     def end_epoch(self, train_loss: float) -> None:
         """Phase logic (arXiv v1 Sec. 3; details as Heat 1.0.0's ``epoch_loss_logic``): warm-up, cycling
-        with plateau-driven B/S, cool-down."""
+        with plateau-driven B/S (held with ``fixed_cycle``), cool-down."""
         self.last_epoch = {
             "B": self.B,
             "S": self.S,
@@ -311,9 +334,11 @@ class DASO(Algorithm):
             return
         if e == self.warmup:
             self._start_cycle()
+        if self.fixed_cycle:
+            return
         if self.plateau.step(train_loss):
-            if self.B > 1:
-                self.B, self.S = self.B // 2, max(1, self.S // 2)
+            if self.B > 1:  # S = 0 stays 0 (a blocking receive); S >= 1 halves down to 1
+                self.B, self.S = self.B // 2, min(self.S, max(1, self.S // 2))
             else:
                 self._start_cycle()
 

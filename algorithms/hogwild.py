@@ -461,7 +461,7 @@ class ThreadUpdaters:
     with ``UpdaterPool``'s interface: the same ``Updater`` steps, the same counter, momenta and toggles.
 
     Why threads: the virtual cluster runs every rank's threads one at a time on its clock
-    (``benchmarks/virtual.py``); processes would run on the machine's. An updater computes its
+    (``benchmarks/virtual/``); processes would run on the machine's. An updater computes its
     gradient from the model as it is when it takes the batch (Algorithm 1's snapshot, line 3), is
     charged the update's compute on its own clock (``VirtualClock.update``: U updaters sharing the
     rank's GPU), then counts (read&inc) and applies the update at the end of that time, while the

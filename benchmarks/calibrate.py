@@ -52,7 +52,8 @@ import torch.multiprocessing as mp
 import yaml
 
 from analysis.report import calibration_summary
-from benchmarks import cluster, config, run, tasks
+from benchmarks import config, run, tasks
+from benchmarks.virtual import network
 
 ROOT = Path(__file__).resolve().parent.parent
 RANKS, NODES, PPN = 4, 2, 2
@@ -131,15 +132,15 @@ def _spawn(fn, *args) -> object:
         return json.loads(Path(result).read_text())
 
 
-def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> cluster.Link:
-    """The link whose ring all-reduce (``cluster.Network.ring_allreduce``) best fits the measured
+def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> network.Link:
+    """The link whose ring all-reduce (``network.Network.ring_allreduce``) best fits the measured
     times, least squares: ``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``, a line in ``n``."""
     slope, intercept = np.polyfit(np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float), 1)
     steps = 2 * (ranks - 1)
-    return cluster.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
+    return network.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
 
 
-def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[float]]]:
+def measure_network(reps: int = 60) -> tuple[network.Network, dict[str, list[float]]]:
     """This machine's link, fitted to the ring all-reduce (``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``)
     on back-to-back all-reduces, and its ``sync_s``: the median over the sizes of what an all-reduce
     adds to a training iteration beyond its back-to-back time."""
@@ -154,7 +155,7 @@ def measure_network(reps: int = 60) -> tuple[cluster.Network, dict[str, list[flo
         f"alone) beyond their back-to-back time, median over the sizes: the ranks share {os.cpu_count()} cores"
     )
     segments = "gloo's ring: an all-reduce of fewer elements than 2p segments sends its non-empty ones only"
-    net = cluster.Network(
+    net = network.Network(
         "this_machine",
         intra=link,
         inter=link,
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     net, times = measure_network()
-    cluster.save(net, args.out / "network.json")
+    network.save(net, args.out / "network.json")
     step_s = measure_batch()
     link = net.inter
     print(

@@ -21,8 +21,9 @@ import yaml
 import algorithms
 from algorithms import accelerator
 from algorithms.parameter_server import ParameterServer
-from benchmarks import cluster, naming, stragglers, tasks
+from benchmarks import naming, stragglers, tasks
 from benchmarks.schedule import SCHEDULES
+from benchmarks.virtual import network
 
 # Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
 SETTINGS: dict[str, tuple[object, object]] = {
@@ -44,7 +45,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
         float,
         0.0,
     ),  # wall, local, root: each node's ranks share one link of this rate (benchmarks/netns.py); 0: loopback
-    "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual.py, or simulator.py for the PS family)
+    "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual/, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_step_source": (
         str,
@@ -53,7 +54,10 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
     "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
-    "sim_network": (str, "juwels_booster"),  # simulated: the two-level link model (benchmarks/cluster.py PRESETS)
+    "sim_network": (
+        str,
+        "juwels_booster",
+    ),  # simulated: the two-level link model (benchmarks/virtual/network.py PRESETS)
     "sim_inter_speed": (float, 1.0),  # simulated: inter-node bandwidth x and latency / this (the model's sensitivity)
 }
 
@@ -370,7 +374,7 @@ def _check_values(config: RunConfig) -> None:
                 f"--set sim_inter_speed: must be positive (1: the preset's link), got {s['sim_inter_speed']}"
             )
         try:
-            cluster.network(s["sim_network"])
+            network.load(s["sim_network"])
         except ValueError as error:
             raise ConfigError(f"--set sim_network: {error}") from None
     if s["link_mbit"] < 0:

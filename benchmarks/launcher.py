@@ -212,7 +212,7 @@ def free_port() -> int:
 def init_process_group(launch: Launch, timeout_s: float, device: torch.device) -> str:
     """Initialise ``torch.distributed`` with the device's backend (NCCL on CUDA, gloo on the CPU, the
     virtual cluster's groups for its ranks); returns the backend name."""
-    if launch.launcher == "virtual":  # a thread of benchmarks/virtual.py: no rendezvous to make
+    if launch.launcher == "virtual":  # a thread of benchmarks/virtual/: no rendezvous to make
         dist.init_process_group(
             backend="virtual", rank=launch.rank, world_size=launch.world_size, store=dist.HashStore()
         )

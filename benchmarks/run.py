@@ -33,13 +33,14 @@ from tqdm import tqdm
 import algorithms
 from algorithms import comm
 from algorithms.topology import Topology
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, virtual, wandb_records
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.clock import WallClock, loss_accumulator
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule, make_optimizer
 from benchmarks.stragglers import MACHINE_CV, Stragglers
+from benchmarks.virtual import job
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.settings["clock"] == "simulated" and algorithms.get(cfg.algorithm).simulator == "arrivals":
         code = simulator.simulate(cfg)  # P asynchronous workers' arrival order (the parameter server)
     elif cfg.settings["clock"] == "simulated":  # P ranks of this runner as threads, on the virtual cluster
-        code = virtual.run_job(cfg, train)
+        code = job.run_job(cfg, train)
     elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
         code = launcher.run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | virtual.VirtualClock | None = None) -> int:
+def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.VirtualClock | None = None) -> int:
     """Train on this rank; 0 when the run completed or diverged, 1 when it failed, ``EXIT_TIMEOUT`` (75)
     when SIGTERM or SIGUSR1 stopped it at a checkpoint (resumed by running the same command again).
     ``clock`` is the wall clock, or a rank's clock on the virtual cluster (``launch.launcher`` virtual)."""

@@ -4,7 +4,7 @@ This is how the DANA paper produced most of its results (arXiv:1907.11612, Sec. 
 the convergence of 4-64 workers. Worker i computes a gradient on the vector it was last sent; its
 batch takes a time drawn from the straggler model (``straggler=gamma`` homogeneous, ``gamma_het``
 heterogeneous, ``none`` all equal, mean ``sim_step_ms``), plus one message each way over the
-inter-node link of the network ``sim_network`` (``benchmarks/cluster.py``; JUWELS Booster's
+inter-node link of the network ``sim_network`` (``benchmarks/virtual/network.py``; JUWELS Booster's
 InfiniBand by default). The master serves gradients in arrival order with the same rules as the real parameter
 server (``algorithms/async_rules.py``). The schedule depends on the seed alone, so every algorithm
 run with one seed sees the same arrivals and the same lags, as in the paper.
@@ -13,7 +13,7 @@ Only the arrival order and times are simulated: every gradient is really compute
 vector, in the order the master would apply it (one gradient per master update, so a simulation
 costs about what one worker's training costs, whatever P). The master's own service time is not
 modelled. The synchronous reference (``allreduce``, ``ddp``) runs on the virtual cluster
-(``benchmarks/virtual.py``) with the same batch-time model.
+(``benchmarks/virtual/``) with the same batch-time model.
 
 The lr follows the rule of real runs (``benchmarks/config.py:lr_scale``): the parameter-server rules
 apply each worker's batch as its own update at the single-worker lr, warmed up from lr / P.
@@ -40,11 +40,12 @@ from torch.utils.data import DataLoader
 import algorithms
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
-from benchmarks import cluster, launcher, parts, rundir, tasks
+from benchmarks import launcher, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
+from benchmarks.virtual import network
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -55,7 +56,7 @@ class Clock:
     def __init__(self, s: dict[str, object], workers: int, params: int, seed: int) -> None:
         self.mean = s["sim_step_ms"] / 1000.0
         self.times = GammaTimes(s["straggler"], workers, self.mean, seed) if s["straggler"] in MACHINE_CV else None
-        self.link = cluster.network(s["sim_network"], s["sim_inter_speed"]).inter  # a worker and the master: two nodes
+        self.link = network.load(s["sim_network"], s["sim_inter_speed"]).inter  # a worker and the master: two nodes
         self.bytes = 4 * params  # fp32 vectors
 
     def compute(self, worker: int) -> float:

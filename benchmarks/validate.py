@@ -44,11 +44,9 @@ from pathlib import Path
 
 import yaml
 
-import algorithms
-from algorithms.daso import DASO
-from algorithms.topology import Topology
-from benchmarks import calibrate, cluster, config, netns, run, tasks
-from benchmarks.virtual import FORWARD_SHARE
+from benchmarks import calibrate, config, netns, run, tasks
+from benchmarks.virtual import network
+from benchmarks.virtual.clock import FORWARD_SHARE
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "analysis" / "papers" / "validation.yaml"
@@ -58,40 +56,6 @@ ROLES = ("fit", "test")
 QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step")
 UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None}
 EMULATED = "emulated"  # the network column of the emulated runs, whatever their rate
-
-
-class FixedDASO(DASO):
-    """DASO with B and S fixed for the whole run and no warm-up or cool-down (DASO's Table 2).
-
-    The papers' parameter study (J. Big Data 2022, Table 2) disables the phases and holds the
-    batches between global syncs (B) and the batches a sync is waited for (S) fixed (Heat's
-    ``disable_cycling``); DASO's own schedule starts each cycle at B_max and S = B_max // 4 and
-    halves both on a plateau, which could not give the table's S = 0 or S = B rows.
-    """
-
-    def __init__(
-        self, topology: Topology, *, global_skips: int = 1, batches_to_wait: int = 0, chunk_size: int = 10_000_000
-    ) -> None:
-        if not 0 <= batches_to_wait <= global_skips:
-            raise ValueError(f"batches_to_wait must be 0 to global_skips ({global_skips}), got {batches_to_wait}")
-        super().__init__(
-            topology, max_global_skips=global_skips, sync_warmup_epochs=0, sync_cooldown_epochs=0, chunk_size=chunk_size
-        )
-        self.fixed = (global_skips, batches_to_wait)
-
-    def _start_cycle(self) -> None:
-        self.B, self.S = self.fixed
-
-    def end_epoch(self, train_loss: float) -> None:
-        super().end_epoch(train_loss)
-        self.B, self.S = self.fixed  # no plateau halving, no cool-down
-
-
-def register() -> None:
-    """Make ``daso_fixed`` runnable: the simulated runs are threads of this process, so registering
-    it here is enough."""
-    if "daso_fixed" not in algorithms.REGISTRY:
-        algorithms.register("daso_fixed", FixedDASO)
 
 
 # -- the case file ------------------------------------------------------------------------------
@@ -176,7 +140,6 @@ _SIMULATED: set[Path] = set()  # the folders this process ran: it holds their lo
 def simulate(spec: dict, work: Path, extra: dict | None = None) -> Path:
     """Run ``spec`` on the virtual cluster in this process (its ranks are threads); its folder. A run
     that several cases share (a speed-up's baseline) runs once."""
-    register()
     out = work / (run_name({**spec, "set": {**spec.get("set", {}), **(extra or {})}}))
     if out in _SIMULATED:
         return out
@@ -244,10 +207,10 @@ def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
     """The virtual cluster's network for links of ``rate_mbit``: between nodes the configured rate
     (tc's mbit: 10^6 bit/s) and the loopback's per-message latency (tbf adds no delay: no netem
     here); inside a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
-    intra = cluster.Link(**machine["intra"])
-    inter = cluster.Link(latency_s=intra.latency_s, bandwidth_bps=rate_mbit * 1e6 / 8)
+    intra = network.Link(**machine["intra"])
+    inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=rate_mbit * 1e6 / 8)
     source = "benchmarks/validate.py: the tbf rate of benchmarks/netns.py, the loopback's latency"
-    net = cluster.Network(
+    net = network.Network(
         f"emulated_{rate_mbit:g}mbit",
         intra,
         inter,
@@ -256,7 +219,7 @@ def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
         skips_empty_segments=machine["skips"],
     )
     path = work / f"network-{rate_mbit:g}mbit.json"
-    cluster.save(net, path)
+    network.save(net, path)
     return path
 
 

@@ -46,7 +46,8 @@ import torch
 import torch.distributed as dist
 
 from algorithms import comm
-from benchmarks import cluster, config, run, tasks, virtual
+from benchmarks import config, run, tasks
+from benchmarks.virtual import job, network
 
 
 def cpu_seconds() -> float:
@@ -98,8 +99,8 @@ def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, 
     shapes = [p.shape for p in model.parameters()]
     times: dict[str, float] = {}
 
-    def body(rank: int, cluster: virtual.Cluster) -> None:
-        virtual.init_process_group(rank, cluster)
+    def body(rank: int, cluster: job.Cluster) -> None:
+        job.init_process_group(rank, cluster)
         params = [torch.zeros(s) for s in shapes]
         small = torch.zeros(10)
         for name, work in (
@@ -113,7 +114,7 @@ def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, 
             if rank == 0:
                 times[name] = (time.process_time() - start) / (repeats * nodes * ppn) * 1e6
 
-    virtual.run(nodes * ppn, ppn, cluster.network("juwels_booster"), body)
+    job.run(nodes * ppn, ppn, network.load("juwels_booster"), body)
     world = nodes * ppn
     params = [torch.zeros(s) for s in shapes]
     start = time.process_time()

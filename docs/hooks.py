@@ -14,7 +14,7 @@ Markers, each alone on a line:
 - ``<!-- gen: settings -->``: ``benchmarks.config.SETTINGS`` with the comment beside each entry;
 - ``<!-- gen: matrix-keys -->``: the properties of ``config/schema.yaml``;
 - ``<!-- gen: configs -->``: every ``config/*.yaml`` but the schema, with its header comment;
-- ``<!-- gen: networks -->``: ``benchmarks.cluster.PRESETS``;
+- ``<!-- gen: networks -->``: ``benchmarks.virtual.network.PRESETS``;
 - ``<!-- gen: claims-rule -->``: ``analysis.claims.RULE``;
 - ``<!-- gen: file PATH -->``: the file, as a code block.
 """
@@ -212,10 +212,10 @@ def configs() -> str:
 
 
 def networks() -> str:
-    from benchmarks import cluster
+    from benchmarks.virtual import network
 
     out = []
-    for name, net in cluster.PRESETS.items():
+    for name, net in network.PRESETS.items():
         out.append(
             f"**`{name}`**: inside a node {net.intra.latency_s * 1e6:g} µs, {net.intra.bandwidth_bps / 1e9:g} GB/s; "
             f"between nodes {net.inter.latency_s * 1e6:g} µs, {net.inter.bandwidth_bps / 1e9:g} GB/s "

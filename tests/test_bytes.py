@@ -10,11 +10,11 @@ import torch
 import torch.distributed as dist
 
 from algorithms import comm
-from benchmarks import cluster, virtual
 from benchmarks.tasks import digits
+from benchmarks.virtual import job, network
 from tests.distributed import run_on, train_digits
 
-NET = cluster.PRESETS["juwels_booster"]
+NET = network.PRESETS["juwels_booster"]
 N = sum(p.numel() * 4 for p in digits.make_model().parameters())  # the digits CNN's fp32 parameters: 174,664 B
 STEPS = 12
 
@@ -28,7 +28,7 @@ def test_collectives_count_what_their_algorithm_sends_from_each_rank():
     """Four ranks of the virtual cluster; 1,000 float32 elements are 4,000 bytes."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         comm.set_sent_bytes(0.0)
         counts = []
         comm.all_reduce(torch.ones(1000))  # ring: 2(p-1)/p * 4000 = 6000 from each rank
@@ -50,7 +50,7 @@ def test_collectives_count_what_their_algorithm_sends_from_each_rank():
         counts.append(comm.sent_bytes())
         return counts
 
-    results = virtual.run(4, 2, NET, body)
+    results = job.run(4, 2, NET, body)
     assert results[0] == [6000, 9000, 9040, 9060, 9060]
     assert results[1] == [6000, 9000, 9000, 9020, 9020]
     assert results[2] == results[3] == [6000, 9000, 9000, 9020, 9020]
@@ -60,14 +60,14 @@ def test_the_virtual_cluster_counts_the_bytes_it_charges():
     """``sim_model_mb``: messages are charged, and counted, as the larger model's."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         cl.byte_scale = 250.0
         comm.set_message_scale(cl.byte_scale)
         comm.set_sent_bytes(0.0)
         comm.all_reduce(torch.ones(1000))
         return comm.sent_bytes(), cl.scheduler.now()
 
-    for sent, now in virtual.run(2, 1, NET, body):
+    for sent, now in job.run(2, 1, NET, body):
         assert sent == 4000 * 250.0  # 2(p-1)/p = 1 at p = 2
         assert now == pytest.approx(NET.inter.latency_s * 2 + sent / NET.inter.bandwidth_bps)
     assert comm.set_message_scale(1.0) == 1.0  # the cluster's end put the scale back

@@ -298,8 +298,8 @@ def test_a_verdict_that_changes_with_the_link_speed_is_marked(tmp_path):
 
 
 def test_the_inter_node_speed_scales_bandwidth_and_latency():
-    from benchmarks import cluster
+    from benchmarks.virtual import network
 
-    net, slow = cluster.network("piz_daint"), cluster.network("piz_daint", 0.5)
+    net, slow = network.load("piz_daint"), network.load("piz_daint", 0.5)
     assert slow.inter.bandwidth_bps == net.inter.bandwidth_bps / 2 and slow.inter.latency_s == net.inter.latency_s * 2
     assert slow.intra == net.intra

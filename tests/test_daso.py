@@ -1,6 +1,6 @@
 """DASO: the merge formula (arXiv:2104.05588, Eq. 2), the event timeline of Heat 1.0.0's `DASO.step`,
-equal models at every epoch end, the B/S schedule on a synthetic plateau, and training on the virtual
-cluster."""
+equal models at every epoch end, the B/S schedule on a synthetic plateau (and held fixed, as the
+papers' Table 2), and training on the virtual cluster."""
 
 from __future__ import annotations
 
@@ -122,6 +122,58 @@ def test_b_and_s_react_to_a_synthetic_plateau():
     # Flat from epoch 5 (index 4): plateaus fire on the 3rd, 6th, 9th stable epochs: 4 -> 2 -> 1 -> 4.
     assert [s[0] for s in states[4:16]] == [4, 4, 2, 2, 2, 1, 1, 1, 4, 4, 4, 2]
     assert states[-2:] == [(0, 0, "cooldown"), (0, 0, "cooldown")]
+
+
+def _b_and_s_per_epoch(**knobs) -> list[tuple[int, int, str]]:
+    """(B, S, phase) of each of 12 epochs of 10 batches, one warm-up and one cool-down epoch, the
+    training loss flat from the first epoch on: plateaus fire at epochs 4, 7 and 10."""
+    algo = DASO(Topology(0, nodes=2, procs_per_node=2), sync_warmup_epochs=1, sync_cooldown_epochs=1, **knobs)
+    algo.plan = algorithms.Plan(steps_per_epoch=10, epochs=12)
+    states = [(algo.B, algo.S, algo.phase)]
+    for _ in range(11):
+        algo.end_epoch(1.0)
+        states.append((algo.B, algo.S, algo.phase))
+    return states
+
+
+@pytest.mark.parametrize(
+    "S, sends, merges, averages",
+    [
+        (1, [0, 4, 8, 9], [1, 5, 9], [9]),  # each send merged a batch later; 8's at the epoch-end send
+        (0, [0, 4, 8, 9], [], [0, 4, 8, 9]),  # Table 2's S = 0: every send averaged, blocking, at once
+    ],
+)
+def test_fixed_cycle_holds_b_and_s_through_plateaus(S, sends, merges, averages):
+    """Table 2's runs: B = 4 and S as given in every cycling epoch,
+    where the same flat loss halves B at epochs 4 and 7 and resets it at 10 without the knob."""
+    free = _b_and_s_per_epoch(max_global_skips=4, batches_to_wait=S)
+    assert [b for b, _, _ in free] == [0, 4, 4, 4, 2, 2, 2, 1, 1, 1, 4, 0]  # the losses do plateau
+    fixed = _b_and_s_per_epoch(max_global_skips=4, batches_to_wait=S, fixed_cycle=True)
+    assert fixed == [(0, 0, "warmup")] + [(4, S, "cycling")] * 10 + [(0, 0, "cooldown")]
+    for B, S_epoch, _ in fixed[1:-1]:
+        out = timeline(B, S_epoch, batches=10)
+        assert [t for t, _ in out["send"]] == sends
+        assert [t for t, _ in out["merge"]] == merges
+        assert [t for t, _ in out["average"]] == averages
+
+
+def test_batches_to_wait_sets_s_at_each_cycle_start():
+    """Without ``fixed_cycle``, S starts each cycle at ``batches_to_wait`` and halves with B; an S of
+    0 stays 0. The default is the papers' S = B_max // 4 (8 // 4 = 2)."""
+    assert [(b, s) for b, s, _ in _b_and_s_per_epoch(max_global_skips=8)][1:5] == [(8, 2)] * 3 + [(4, 1)]
+    assert [(b, s) for b, s, _ in _b_and_s_per_epoch(max_global_skips=8, batches_to_wait=6)][1:8] == [
+        *[(8, 6)] * 3,
+        *[(4, 3)] * 3,
+        (2, 1),
+    ]
+    assert {s for _, s, _ in _b_and_s_per_epoch(max_global_skips=8, batches_to_wait=0)} == {0}
+
+
+@pytest.mark.parametrize("S", [5, -1, 1.5])
+def test_batches_to_wait_outside_0_to_b_is_refused(S):
+    with pytest.raises(ValueError, match=r"Arg ``batches_to_wait`` must be None or an integer from 0 to "):
+        DASO(Topology(0, nodes=2, procs_per_node=2), max_global_skips=4, batches_to_wait=S, fixed_cycle=True)
+    DASO(Topology(0, nodes=2, procs_per_node=2), max_global_skips=4, batches_to_wait=4, fixed_cycle=True)  # S = B: fine
 
 
 def _equal_at_epoch_ends(rank: int, world: int) -> None:

@@ -20,12 +20,13 @@ import algorithms
 from algorithms import comm
 from algorithms.horovod import Horovod
 from algorithms.topology import Topology
-from benchmarks import cluster, virtual
+from benchmarks.virtual import job, network
+from benchmarks.virtual.scheduler import Deadlock
 
-NET = cluster.Network(
+NET = network.Network(
     "test",
-    intra=cluster.Link(latency_s=1e-6, bandwidth_bps=1e9),
-    inter=cluster.Link(latency_s=1e-5, bandwidth_bps=1e8),
+    intra=network.Link(latency_s=1e-6, bandwidth_bps=1e9),
+    inter=network.Link(latency_s=1e-5, bandwidth_bps=1e8),
 )
 
 
@@ -66,22 +67,22 @@ def test_the_virtual_all_reduce_charges_a_skipping_ring_by_its_tensors_elements(
     gloo = dataclasses.replace(NET, skips_empty_segments=True)
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         dist.all_reduce(torch.ones(3))
         tiny = cl.scheduler.now()
         dist.all_reduce(torch.ones(64))
         return tiny, cl.scheduler.now() - tiny
 
-    tiny, full = virtual.run(4, 2, gloo, body)[0]
+    tiny, full = job.run(4, 2, gloo, body)[0]
     assert tiny == pytest.approx(gloo.ring_allreduce(range(4), 2, 12, elements=3))
     assert tiny == pytest.approx(6 * 1e-5 * 3 / 8 + 2 * 3 / 4 * 12 / 1e8)
     assert full == pytest.approx(NET.ring_allreduce(range(4), 2, 256))
 
 
 def test_presets_name_their_sources():
-    for net in cluster.PRESETS.values():
+    for net in network.PRESETS.values():
         assert net.sources and net.intra.bandwidth_bps >= net.inter.bandwidth_bps
-    booster = cluster.PRESETS["juwels_booster"]
+    booster = network.PRESETS["juwels_booster"]
     assert booster.inter.bandwidth_bps == 25e9 and booster.intra.bandwidth_bps == 300e9
 
 
@@ -90,7 +91,7 @@ def test_the_daso_network_reproduces_its_papers_table_2():
     global sync adds per batch (B=1 against B=32 at S=0), at 256 images per GPU per batch, is a
     ring all-reduce of ResNet-50's bfloat16 parameters in DASO's chunks of 10 M across the nodes,
     then a broadcast inside the node, at both GPU counts of the table."""
-    net, params, images = cluster.PRESETS["juwels_booster_heat"], 25_557_032, 1_281_167
+    net, params, images = network.PRESETS["juwels_booster_heat"], 25_557_032, 1_281_167
     chunks = [10_000_000, 10_000_000, params - 20_000_000]
     for gpus, hours_b1, hours_b32 in ((32, 4.5606, 3.2224), (128, 1.2064, 0.8231)):
         steps = 90 * images / (gpus * 256)
@@ -105,13 +106,13 @@ def test_the_daso_network_reproduces_its_papers_table_2():
 
 def test_all_reduce_is_exact_and_ends_at_the_last_arrival_plus_the_ring():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         cl.scheduler.advance(0.001 * (rank + 1))  # rank 3 arrives last, at 4 ms
         t = torch.full((1000,), float(rank + 1))
         dist.all_reduce(t)
         return t[0].item(), cl.scheduler.now()
 
-    results = virtual.run(4, 2, NET, body)
+    results = job.run(4, 2, NET, body)
     ring = NET.ring_allreduce([0, 1, 2, 3], 2, 4000)
     for total, clock in results:
         assert total == 10.0 and clock == pytest.approx(0.004 + ring)
@@ -124,14 +125,14 @@ def test_a_delay_crosses_the_ring_within_a_step_when_the_model_goes_in_rounds(se
     third round (rank 1 in round 1, rank 2 in round 2), so it ends after 1 s; the values equal."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         algo = algorithms.build("dpsgd", Topology(rank, nodes=6, procs_per_node=1), segments=segments)
         if rank == 0:
             cl.scheduler.advance(1.0)
         own, received = algo.exchange([torch.full((6,), float(rank))])
         return cl.scheduler.now(), sorted(float(t[0]) for t in received.values())
 
-    results = virtual.run(6, 1, NET, body)
+    results = job.run(6, 1, NET, body)
     assert results[3][1] == [2.0, 4.0]
     waited = [now > 1.0 for now, _ in results]
     assert waited[1] and waited[5]  # rank 0's neighbours wait either way
@@ -143,11 +144,11 @@ def test_messages_can_be_charged_as_a_larger_models():
 
     def body(rank, cl):
         cl.byte_scale = 250.0
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         dist.all_reduce(torch.ones(1000))
         return cl.scheduler.now()
 
-    assert virtual.run(2, 1, NET, body) == [pytest.approx(NET.ring_allreduce([0, 1], 1, 4000 * 250.0))] * 2
+    assert job.run(2, 1, NET, body) == [pytest.approx(NET.ring_allreduce([0, 1], 1, 4000 * 250.0))] * 2
 
 
 def _receive_from_any(cl, count: int, numel: int = 1) -> list[tuple[int, float]]:
@@ -165,14 +166,14 @@ def test_messages_arrive_in_virtual_time_not_in_thread_order():
     from any rank takes rank 2's message first, as on a real network."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         if rank == 0:
             return _receive_from_any(cl, 2)
         cl.scheduler.advance(0.5 if rank == 1 else 0.1)
         dist.send(torch.full((1,), float(rank)), dst=0)
         return None
 
-    got = virtual.run(3, 1, NET, body)[0]
+    got = job.run(3, 1, NET, body)[0]
     message = NET.p2p(1, 0, 1, 4)
     assert got == [(2, round(0.1 + message, 9)), (1, round(0.5 + message, 9))]
 
@@ -183,7 +184,7 @@ def test_one_senders_messages_are_not_overtaken():
     the large one; a receive from any rank takes the earliest of the senders' first messages."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         if rank == 0:
             return _receive_from_any(cl, 3, numel=250_000)
         if rank == 1:
@@ -195,7 +196,7 @@ def test_one_senders_messages_are_not_overtaken():
             dist.send(torch.full((1,), 2.0), dst=0)
         return None
 
-    got = virtual.run(3, 1, NET, body)[0]
+    got = job.run(3, 1, NET, body)[0]
     large, small = NET.p2p(1, 0, 1, 1_000_000), NET.p2p(2, 0, 1, 4)
     assert got == [(2, round(0.005 + small, 9)), (1, round(large, 9)), (11, round(large, 9))]
     assert small < 0.005
@@ -210,7 +211,7 @@ def test_a_tensor_sent_to_two_ranks_is_copied_once_and_each_receiver_owns_its_va
     messages are still undelivered, get the new values, not the first copy."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         if rank == 0:
             x = torch.arange(4.0)
             for _ in range(2):
@@ -228,7 +229,7 @@ def test_a_tensor_sent_to_two_ranks_is_copied_once_and_each_receiver_owns_its_va
         dist.recv(base[1:5], 0)  # a view: copied into its base
         return buf.tolist(), base.tolist()
 
-    results = virtual.run(3, 1, NET, body)
+    results = job.run(3, 1, NET, body)
     assert results[1] == ([-0.0, -1.0, -2.0, -3.0], [0.0, 10.0, 11.0, 12.0, 13.0, 0.0])
     assert results[2] == ([0.0, 1.0, 2.0, 3.0], [0.0, 10.0, 11.0, 12.0, 13.0, 0.0])
 
@@ -240,7 +241,7 @@ def test_a_receive_into_a_shared_or_odd_buffer_is_copied_into_and_a_plain_one_ta
     buffer of the same shape and type takes the copy's storage (its data pointer moves)."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         if rank == 0:
             for _ in range(5):
                 dist.send(torch.arange(4.0), 1)
@@ -253,7 +254,7 @@ def test_a_receive_into_a_shared_or_odd_buffer_is_copied_into_and_a_plain_one_ta
         moved = [b.data_ptr() != p for b, p in zip(buffers, before)]
         return param.tolist(), base.tolist(), [b.flatten().tolist() for b in buffers[2:]], moved
 
-    param, base, others, moved = virtual.run(2, 1, NET, body)[1]
+    param, base, others, moved = job.run(2, 1, NET, body)[1]
     assert param == [0.0, 1.0, 2.0, 3.0]
     assert base == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0]
     assert others == [[0.0, 1.0, 2.0, 3.0]] * 3
@@ -265,7 +266,7 @@ def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
     arrival; then an all-reduce of every rank ends at the last arrival plus the ring."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         got = _receive_from_any(cl, 255) if rank == 0 else None
         if rank > 0:
             cl.scheduler.advance(0.001 * (256 - rank))
@@ -274,7 +275,7 @@ def test_a_receive_from_any_of_255_senders_takes_them_in_arrival_order():
         dist.all_reduce(total)
         return got, total.item(), cl.scheduler.now()
 
-    results = virtual.run(256, 1, NET, body)
+    results = job.run(256, 1, NET, body)
     got = results[0][0]
     message = NET.p2p(1, 0, 1, 4)
     assert [r for r, _ in got] == list(range(255, 0, -1))
@@ -290,20 +291,20 @@ def test_every_rank_and_its_threads_run_backward_on_their_own_thread():
     device thread, which is no rank's (seen on a GPU: the hook found no actor)."""
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         seen = []
         thread = comm.threads().Thread(target=lambda: seen.append(torch.autograd.is_multithreading_enabled()))
         thread.start()
         thread.join()
         return torch.autograd.is_multithreading_enabled(), seen
 
-    assert virtual.run(2, 1, NET, body) == [(False, [False])] * 2
+    assert job.run(2, 1, NET, body) == [(False, [False])] * 2
     assert torch.autograd.is_multithreading_enabled()  # the caller's own setting is untouched
 
 
 def test_non_blocking_all_reduce_overlaps_compute():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         work = dist.all_reduce(torch.ones(250_000), async_op=True)  # 1 MB: 2 x 1/2 MB x ... on one node
         cl.scheduler.advance(0.01)
         work.wait()
@@ -311,10 +312,10 @@ def test_non_blocking_all_reduce_overlaps_compute():
 
     comm = NET.ring_allreduce([0, 1], 2, 1_000_000)
     assert 0 < comm < 0.01
-    assert virtual.run(2, 2, NET, body) == [pytest.approx(0.01)] * 2  # hidden behind the compute
+    assert job.run(2, 2, NET, body) == [pytest.approx(0.01)] * 2  # hidden behind the compute
     # and a wait longer than the compute ends with the communication
-    slow = cluster.Network("slow", cluster.Link(0.0, 1e7), cluster.Link(0.0, 1e7))
-    assert virtual.run(2, 2, slow, body) == [pytest.approx(slow.ring_allreduce([0, 1], 2, 1_000_000))] * 2
+    slow = network.Network("slow", network.Link(0.0, 1e7), network.Link(0.0, 1e7))
+    assert job.run(2, 2, slow, body) == [pytest.approx(slow.ring_allreduce([0, 1], 2, 1_000_000))] * 2
 
 
 def test_the_first_communication_after_compute_waits_sync_s_and_the_next_ones_do_not():
@@ -323,13 +324,13 @@ def test_the_first_communication_after_compute_waits_sync_s_and_the_next_ones_do
     Then each sends the other 4 kB (a blocking send ends when its message lands): rank 0, after
     another 100 ms of compute, a p2p + 5 ms later; rank 1, with no compute since its collective, a
     p2p later."""
-    shared = cluster.Network("shared", NET.intra, NET.inter, sync_s=0.005)
+    shared = network.Network("shared", NET.intra, NET.inter, sync_s=0.005)
     ring, p2p = shared.ring_allreduce([0, 1], 2, 4000), shared.p2p(0, 1, 2, 4000)
     cfg = _clock_config(2)
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
-        clock = virtual.VirtualClock(cl, rank, cfg)
+        job.init_process_group(rank, cl)
+        clock = job.VirtualClock(cl, rank, cfg)
         clock.compute()
         x = torch.ones(1000)
         dist.all_reduce(x)
@@ -344,32 +345,32 @@ def test_the_first_communication_after_compute_waits_sync_s_and_the_next_ones_do
         dist.recv(x, 1 - rank)
         return first, second, sent
 
-    (first0, second0, sent0), (first1, second1, sent1) = virtual.run(2, 2, shared, body)
+    (first0, second0, sent0), (first1, second1, sent1) = job.run(2, 2, shared, body)
     assert first0 == first1 == pytest.approx(0.1 + ring + 0.005)
     assert second0 == second1 == pytest.approx(0.1 + 2 * ring + 0.005)
     assert sent0 == pytest.approx(p2p + 0.005) and sent1 == pytest.approx(p2p)
-    assert virtual.run(2, 2, NET, body)[0][0] == pytest.approx(0.1 + ring)  # a cluster's network: 0
+    assert job.run(2, 2, NET, body)[0][0] == pytest.approx(0.1 + ring)  # a cluster's network: 0
 
 
 def test_a_rank_that_waits_for_nothing_that_comes_is_a_deadlock():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         if rank == 0:
             dist.recv(torch.zeros(1), src=1)
 
-    with pytest.raises(virtual.Deadlock, match="rank 0: receive from 1"):
-        virtual.run(2, 1, NET, body)
+    with pytest.raises(Deadlock, match="rank 0: receive from 1"):
+        job.run(2, 1, NET, body)
 
 
 def test_each_rank_draws_from_its_own_random_stream():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         torch.manual_seed(100 + rank)
         first = torch.rand(3)
         dist.barrier()  # the other rank runs and draws in between
         return torch.cat([first, torch.rand(3)])
 
-    results = virtual.run(2, 1, NET, body)
+    results = job.run(2, 1, NET, body)
     for rank, drawn in enumerate(results):
         torch.manual_seed(100 + rank)
         assert torch.equal(drawn, torch.rand(6))  # as a process of its own would draw
@@ -377,7 +378,7 @@ def test_each_rank_draws_from_its_own_random_stream():
 
 def test_subgroups_and_objects():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         t = torch.tensor([float(rank)])
         dist.all_reduce(t, group=pairs[rank // 2])
@@ -385,7 +386,7 @@ def test_subgroups_and_objects():
         dist.all_gather_object(names, f"r{rank}")
         return t.item(), names
 
-    results = virtual.run(4, 2, NET, body)
+    results = job.run(4, 2, NET, body)
     assert [r[0] for r in results] == [1.0, 1.0, 5.0, 5.0]
     assert all(r[1] == ["r0", "r1", "r2", "r3"] for r in results)
 
@@ -486,13 +487,13 @@ def test_an_updaters_update_costs_its_share_of_the_gpu_by_hand():
     cfg = _clock_config(1, sim_updater_speedup=2.0)
 
     def body(rank, cl):
-        clock = virtual.VirtualClock(cl, rank, cfg)
+        clock = job.VirtualClock(cl, rank, cfg)
         clock.update(4, [30, 10, 60], (0, 3))
         full = clock()
         clock.update(4, [30, 10, 60], (1, 2))
         return full, clock() - full
 
-    [(full, partial)] = virtual.run(1, 1, NET, body)
+    [(full, partial)] = job.run(1, 1, NET, body)
     assert full == pytest.approx(0.2) and partial == pytest.approx(0.12)
 
 
@@ -516,7 +517,7 @@ def test_machine_noise_varies_each_batch_by_its_cv_from_each_ranks_own_stream():
         cfg = _clock_config(2, sim_step_cv=cv)
 
         def body(rank, cl):
-            clock = virtual.VirtualClock(cl, rank, cfg)
+            clock = job.VirtualClock(cl, rank, cfg)
             times = []
             for _ in range(2000):
                 start = clock()
@@ -524,7 +525,7 @@ def test_machine_noise_varies_each_batch_by_its_cv_from_each_ranks_own_stream():
                 times.append(clock() - start)
             return times
 
-        return virtual.run(2, 1, NET, body)
+        return job.run(2, 1, NET, body)
 
     noisy = torch.tensor(draws(0.1), dtype=torch.float64)
     assert noisy.mean(1) == pytest.approx([0.1, 0.1], rel=0.01)
@@ -539,7 +540,7 @@ def test_the_averagers_next_poll_waits_until_some_counter_reaches_its_threshold(
     cfg = _clock_config(2)
 
     def body(rank, cl):
-        clock = virtual.VirtualClock(cl, rank, cfg)
+        clock = job.VirtualClock(cl, rank, cfg)
         if rank == 1:
             for seconds, count in ((0.3, 5), (0.2, 7)):
                 clock.sleep(seconds)
@@ -551,7 +552,7 @@ def test_the_averagers_next_poll_waits_until_some_counter_reaches_its_threshold(
             times.append(clock())
         return times
 
-    times, _ = virtual.run(2, 1, NET, body)
+    times, _ = job.run(2, 1, NET, body)
     assert times == pytest.approx([0.3, 0.5, 0.5])
 
 
@@ -577,8 +578,8 @@ def test_lpp_sgds_averagers_decide_alike_on_the_virtual_clock_with_uneven_ranks(
     cfg = _clock_config(2, sim_step_ms=1.0)
 
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
-        clock = virtual.VirtualClock(cl, rank, cfg)
+        job.init_process_group(rank, cl)
+        clock = job.VirtualClock(cl, rank, cfg)
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -610,7 +611,7 @@ def test_lpp_sgds_averagers_decide_alike_on_the_virtual_clock_with_uneven_ranks(
         algo.close()
         return result
 
-    first, second = virtual.run(2, 2, NET, body)
+    first, second = job.run(2, 2, NET, body)
     assert first[:3] == second[:3] and first[1] == first[2] == 120  # the same decisions; every update once
     assert first[0] >= 60 and 0.3 < first[3] < 0.5  # averaging after about every update; partial steps from epoch 1
 
@@ -656,11 +657,11 @@ def test_every_simulated_algorithm_runs_16_nodes_of_4(tmp_path, run_benchmark, a
 
 def test_an_all_reduce_op_the_virtual_cluster_lacks_is_named():
     def body(rank, cl):
-        virtual.init_process_group(rank, cl)
+        job.init_process_group(rank, cl)
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PRODUCT)
 
     with pytest.raises(ValueError, match="SUM, AVG, MAX or MIN"):
-        virtual.run(2, 1, NET, body)
+        job.run(2, 1, NET, body)
 
 
 def test_a_run_that_cannot_be_signalled_never_asks_the_others_to_agree_on_stopping():
@@ -703,14 +704,14 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     from benchmarks import calibrate
     from benchmarks import config as run_config
 
-    truth = cluster.Network("made", cluster.Link(0, 1), cluster.Link(2e-4, 1.5e9))
+    truth = network.Network("made", network.Link(0, 1), network.Link(2e-4, 1.5e9))
     sizes = [256, 4096, 65536, 1 << 20, 1 << 22]
     times = [truth.ring_allreduce(range(4), 1, n) for n in sizes]
     fitted = calibrate.fit_ring(sizes, times, 4)
     assert fitted.latency_s == pytest.approx(2e-4) and fitted.bandwidth_bps == pytest.approx(1.5e9)
-    here = cluster.Network("here", fitted, fitted, {"inter": "made by hand"}, 0.004, skips_empty_segments=True)
-    cluster.save(here, tmp_path / "net.json")
-    assert cluster.network(str(tmp_path / "net.json")) == here
+    here = network.Network("here", fitted, fitted, {"inter": "made by hand"}, 0.004, skips_empty_segments=True)
+    network.save(here, tmp_path / "net.json")
+    assert network.load(str(tmp_path / "net.json")) == here
     (tmp_path / "bad.json").write_text('{"name": "x", "intra": {"latency_s": 1}}')
     for spec, message in (("bad.json", "expected name, intra, inter"), ("nowhere", "choose one of juwels_booster")):
         with pytest.raises(run_config.ConfigError, match=message):

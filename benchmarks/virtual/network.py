@@ -168,14 +168,14 @@ PRESETS: dict[str, Network] = {
 }
 
 
-def network(spec: str, inter_speed: float = 1.0) -> Network:
+def load(spec: str, inter_speed: float = 1.0) -> Network:
     """The network ``sim_network`` names: a preset, or a JSON file of a ``Network`` (``save``; the
     calibration writes this machine's, ``python -m benchmarks.calibrate``; a user can write their
     own cluster's). ``inter_speed`` (the ``sim_inter_speed`` setting) multiplies the inter-node
     bandwidth and divides its latency: the least certain numbers of a preset, which the claims'
     verdicts are re-checked against at half and twice the speed."""
     if inter_speed != 1.0:
-        net = network(spec)
+        net = load(spec)
         inter = Link(net.inter.latency_s / inter_speed, net.inter.bandwidth_bps * inter_speed)
         return dataclasses.replace(net, name=f"{net.name} (inter-node link x{inter_speed:g})", inter=inter)
     if spec in PRESETS:

@@ -1,0 +1,89 @@
+"""A job on the virtual cluster: what its ranks share, and running them."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from algorithms import comm
+from benchmarks.launcher import Launch
+from benchmarks.virtual import group
+from benchmarks.virtual import network as networks
+from benchmarks.virtual.clock import Counters, VirtualClock
+from benchmarks.virtual.group import BACKEND, Collective, Inbox
+from benchmarks.virtual.network import Network
+from benchmarks.virtual.scheduler import Scheduler
+from benchmarks.virtual.threads import Threads, ThreadWorlds
+
+
+class Cluster:
+    """What the ranks share: the scheduler, the network model, the groups' state, the mailboxes."""
+
+    def __init__(self, world_size: int, procs_per_node: int, network: Network) -> None:
+        self.world_size, self.procs_per_node, self.network = world_size, procs_per_node, network
+        self.scheduler = Scheduler(world_size)
+        # a rank's threads use its process groups: they take over its torch.distributed state
+        self.scheduler.thread_context = lambda: ThreadWorlds.local.data
+        self.scheduler.enter_context = lambda world: setattr(ThreadWorlds.local, "data", world)
+        self.collectives: dict[tuple[str, int], Collective] = {}
+        self.inboxes: dict[tuple[str, int, int], Inbox] = {}  # (group, destination, tag) -> its messages
+        self.messages = 0  # messages sent so far: each one's number
+        # Messages are charged as if they were this many times larger: a paper's model on the wire
+        # (``sim_model_mb``) while the embedded task's small model computes the numbers.
+        self.byte_scale = 1.0
+        self.updates = Counters()  # LAP/LPP-SGD's Hogwild counters (``VirtualClock.wait_updates``)
+
+
+def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[int, Cluster], object]) -> list:
+    """Run ``body(rank, cluster)`` on every rank of a virtual cluster; return the ranks' results.
+
+    ``body`` calls ``init_process_group(rank, cluster)`` first, as a real rank would.
+    """
+    if group.active() is not None:
+        raise RuntimeError("a virtual cluster is already running in this process")
+    cluster = Cluster(world_size, procs_per_node, network)
+    saved_world = c10d._world
+    c10d._world = ThreadWorlds()
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)  # C++'s registry of groups by name, per thread
+    group.activate(cluster)
+    real_threads = comm.use_threads(Threads(cluster.scheduler))
+    # The objects alive now (torch's modules and the caller's) stay out of the garbage collector's
+    # full passes while the ranks run: they are most of the heap, and each full pass walked them all
+    # (0.67 of 15.3 CPU-s of WAGMA at 16 x 4 for three epochs; 0.23 frozen). Unfrozen at the end,
+    # so that whatever of them has become garbage meanwhile is collected as usual.
+    gc.freeze()
+    try:
+        return cluster.scheduler.run(lambda rank: body(rank, cluster))
+    finally:
+        gc.unfreeze()
+        comm.use_threads(real_threads)
+        comm.set_message_scale(1.0)
+        group.activate(None)
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+        c10d._world = saved_world
+
+
+def init_process_group(rank: int, cluster: Cluster) -> None:
+    """This thread's default group: the whole virtual cluster (what ``launcher.init_process_group``
+    does for the runner's ranks; for code that runs on ``run()`` directly, as the tests)."""
+    dist.init_process_group(BACKEND, rank=rank, world_size=cluster.world_size, store=dist.HashStore())
+
+
+def run_job(cfg, train: Callable) -> int:
+    """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
+    return the job's exit code (the first failing rank's, else 0)."""
+    network = networks.load(cfg.settings["sim_network"], cfg.settings["sim_inter_speed"])
+
+    def rank_main(rank: int, cluster: Cluster) -> int:
+        launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)
+        code = train(cfg, launch, VirtualClock(cluster, rank, cfg))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return code
+
+    codes = run(cfg.world_size, cfg.procs_per_node, network, rank_main)
+    return next((c for c in codes if c), 0)
