@@ -218,7 +218,8 @@ def networks() -> str:
     for name, net in network.PRESETS.items():
         out.append(
             f"**`{name}`**: inside a node {net.intra.latency_s * 1e6:g} µs, {net.intra.bandwidth_bps / 1e9:g} GB/s; "
-            f"between nodes {net.inter.latency_s * 1e6:g} µs, {net.inter.bandwidth_bps / 1e9:g} GB/s "
+            f"between nodes {net.inter.latency_s * 1e6:g} µs, {net.inter.bandwidth_bps / 1e9:g} GB/s an adapter, "
+            f"{net.rails} adapter{'s' if net.rails > 1 else ''} a node "
             f"(`sync_s` {net.sync_s:g}, `skips_empty_segments` {net.skips_empty_segments}).\n"
         )
         out += [f"- {what}: {source}" for what, source in net.sources.items()]

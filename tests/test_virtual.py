@@ -40,11 +40,7 @@ def test_link_costs_by_hand():
     assert NET.ring_allreduce([0, 1], 2, n) == pytest.approx(2 * 1 * (1e-6 + 2000 / 1e9))  # one node
     assert NET.p2p(0, 1, 2, n) == pytest.approx(1e-6 + 4000 / 1e9)
     assert NET.p2p(1, 2, 2, n) == pytest.approx(1e-5 + 4000 / 1e8)
-    assert NET.recursive_doubling_allreduce([0, 2, 4, 6], 2, n) == pytest.approx(2 * (1e-5 + 4000 / 1e8))
     assert NET.broadcast([0, 1, 2, 3, 4], 2, n) == pytest.approx(3 * (1e-5 + 4000 / 1e8))
-    # DASO's global sync on 2 nodes x 2: a node-local ring of 2, then a cross-node ring of 2 carrying
-    # n / (2 x 2) bytes per GPU.
-    assert NET.hierarchical_allreduce(2, 2, n) == pytest.approx(2 * (1e-6 + 2000 / 1e9) + 2 * (1e-5 + 1000 / 1e8))
     assert NET.ring_allreduce([3], 2, n) == 0.0
 
 
@@ -89,15 +85,15 @@ def test_presets_name_their_sources():
 def test_the_daso_network_reproduces_its_papers_table_2():
     """juwels_booster_heat's inter-node bandwidth is fitted to DASO's Table 2: the time a blocking
     global sync adds per batch (B=1 against B=32 at S=0), at 256 images per GPU per batch, is a
-    ring all-reduce of ResNet-50's bfloat16 parameters in DASO's chunks of 10 M across the nodes,
-    then a broadcast inside the node, at both GPU counts of the table."""
+    ring all-reduce of ResNet-50's fp32 parameters in DASO's chunks of 10 M across the nodes, one
+    after another on the group's stream, then a broadcast inside the node, at both GPU counts."""
     net, params, images = network.PRESETS["juwels_booster_heat"], 25_557_032, 1_281_167
     chunks = [10_000_000, 10_000_000, params - 20_000_000]
     for gpus, hours_b1, hours_b32 in ((32, 4.5606, 3.2224), (128, 1.2064, 0.8231)):
         steps = 90 * images / (gpus * 256)
         per_sync = (hours_b1 - hours_b32) * 3600 / ((1 - 1 / 32) * steps)
         nodes = range(0, gpus, 4)  # one GPU of each node
-        model = sum(net.ring_allreduce(nodes, 4, 2 * c) for c in chunks) + net.broadcast(range(4), 4, 2 * params)
+        model = sum(net.ring_allreduce(nodes, 4, 4 * c) for c in chunks) + net.broadcast(range(4), 4, 4 * params)
         assert model == pytest.approx(per_sync, rel=0.03), gpus
 
 
@@ -197,7 +193,9 @@ def test_one_senders_messages_are_not_overtaken():
         return None
 
     got = job.run(3, 1, NET, body)[0]
-    large, small = NET.p2p(1, 0, 1, 1_000_000), NET.p2p(2, 0, 1, 4)
+    # Rank 0's adapter is shared: each small message moves at half its rate beside the large one
+    # (as if 8 bytes alone), and the large one gives up 4 bytes' time to each of them.
+    large, small = NET.p2p(1, 0, 1, 1_000_008), NET.p2p(2, 0, 1, 8)
     assert got == [(2, round(0.005 + small, 9)), (1, round(large, 9)), (11, round(large, 9))]
     assert small < 0.005
 

@@ -248,6 +248,7 @@ class VirtualClock:
                 "sources": net.sources,
                 "sync_s": net.sync_s,
                 "skips_empty_segments": net.skips_empty_segments,
+                "rails": net.rails,
             },
             "sim_step_ms": self.step_s * 1000.0,
             "sim_step_source": self.step_source,

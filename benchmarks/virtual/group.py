@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from benchmarks.virtual.flows import Flow
+from benchmarks.virtual.network import Transfer
+
 if TYPE_CHECKING:
     from benchmarks.virtual.job import Cluster
     from benchmarks.virtual.scheduler import Actor
@@ -85,15 +88,17 @@ def _take(t: torch.Tensor, copy: torch.Tensor) -> bool:
 @dataclass(eq=False)
 class Message:
     tensors: list[Payload]
-    arrives: float  # virtual time
-    cost: float  # the link's time for it
+    sent: float  # virtual time
     number: int  # its place among every message sent
+    arrives: float | None = None  # once the network has carried it
+    cost: float = 0.0  # the network's time for it, from its send to its arrival
 
 
 class Inbox:
     """The messages in flight to one rank of a group with one tag: a queue per sender, delivered in
-    the order sent, and a heap of the queues' heads, so that a receive from any rank finds the
-    earliest arrival (ties: the lowest sender) without looking at every sender."""
+    the order sent (a message does not overtake an earlier one of its sender, as in MPI), and a
+    heap of the arrived heads, so that a receive from any rank finds the earliest arrival (ties:
+    the lowest sender) without looking at every sender."""
 
     def __init__(self) -> None:
         self.queues: dict[int, deque[Message]] = {}
@@ -102,7 +107,10 @@ class Inbox:
     def post(self, sender: int, message: Message) -> None:
         queue = self.queues.setdefault(sender, deque())
         queue.append(message)
-        if len(queue) == 1:
+
+    def arrived(self, sender: int, message: Message) -> None:
+        """``message`` has arrived: a head that has arrived can be received."""
+        if self.queues[sender][0] is message:
             heapq.heappush(self.heads, (message.arrives, sender, message.number))
 
     def head(self, sender: int) -> Message | None:
@@ -112,12 +120,12 @@ class Inbox:
     def pop(self, sender: int) -> Message:
         queue = self.queues[sender]
         message = queue.popleft()
-        if queue:
+        if queue and queue[0].arrives is not None:
             heapq.heappush(self.heads, (queue[0].arrives, sender, queue[0].number))
         return message
 
     def first(self) -> int | None:
-        """The sender whose message at the head of its queue arrives first."""
+        """The sender whose message at the head of its queue arrived first (None: none has yet)."""
         while self.heads:
             _, sender, number = self.heads[0]
             head = self.head(sender)
@@ -189,10 +197,16 @@ class VirtualGroup(dist.ProcessGroup):
 
     # -- collectives ----------------------------------------------------------------------------
     def _collective(
-        self, tensors: list[torch.Tensor], cost: Callable[[int], float], combine: Callable[[Collective], object], what
+        self,
+        tensors: list[torch.Tensor],
+        transfer: Callable[[float], Transfer],
+        combine: Callable[[Collective], object],
+        what: str,
     ):
         """Bring ``tensors`` to this call of the collective; the last member to arrive computes the
-        result (``combine``) and the completion time (the last arrival plus ``cost(bytes)``).
+        result (``combine``) and puts the collective's transfers (``transfer(bytes)``) on the
+        group's stream: they start when the group's earlier collectives are done, as on one NCCL
+        communicator's stream, and the collective completes when the network has carried them.
 
         The inputs are the callers' own tensors, not copies: as with any backend, a tensor in a
         collective is not written until its work is waited on, and no member's wait completes before
@@ -210,9 +224,17 @@ class VirtualGroup(dist.ProcessGroup):
         actor.computed = False
         if len(c.inputs) == c.size:
             c.result = combine(c)
-            c.cost = cost(_nbytes(tensors) * self.cluster.byte_scale) + self.cluster.network.sync_s * c.after_compute
-            c.done_at = max(c.clocks.values()) + c.cost
-            self.cluster.scheduler.poke(key)
+            arrival = max(c.clocks.values())
+            extra = self.cluster.network.sync_s * c.after_compute
+
+            def done(flow: Flow) -> None:
+                c.done_at = flow.done_at
+                c.cost = c.done_at - arrival
+                self.cluster.scheduler.poke(key)
+
+            self.cluster.on_stream(
+                self.name, arrival, transfer(_nbytes(tensors) * self.cluster.byte_scale), extra, done
+            )
         return c, key
 
     def _work(self, c: Collective, key, finish: Callable[[], None], what: str, tensors=None) -> VirtualWork:
@@ -251,10 +273,7 @@ class VirtualGroup(dist.ProcessGroup):
 
         elements = sum(t.numel() for t in tensors)
 
-        def cost(nbytes: float) -> float:
-            return net.ring_allreduce(self.ranks, ppn, nbytes, elements)
-
-        c, key = self._collective(tensors, cost, combine, "all_reduce")
+        c, key = self._collective(tensors, lambda n: net.ring(self.ranks, ppn, n, elements), combine, "all_reduce")
 
         def finish() -> None:
             for t, r in zip(tensors, c.result):
@@ -267,7 +286,7 @@ class VirtualGroup(dist.ProcessGroup):
         net, ppn = self.cluster.network, self.cluster.procs_per_node
         c, key = self._collective(
             tensors,
-            lambda n: net.broadcast(self.ranks, ppn, n),
+            lambda n: net.tree(self.ranks, ppn, n),
             lambda c: [t.clone() for t in c.inputs[root]],
             "broadcast",
         )
@@ -280,10 +299,9 @@ class VirtualGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         net, ppn = self.cluster.network, self.cluster.procs_per_node
-        # An all-gather of n bytes a rank is the all-gather half of a ring all-reduce of p*n bytes.
         c, key = self._collective(
             input_tensors,
-            lambda n: net.ring_allreduce(self.ranks, ppn, n * self.size()) / 2,
+            lambda n: net.gather_ring(self.ranks, ppn, n),
             lambda c: [[t.clone() for t in c.inputs[r]] for r in range(c.size)],
             "all_gather",
         )
@@ -296,7 +314,7 @@ class VirtualGroup(dist.ProcessGroup):
         return self._work(c, key, finish, "all_gather")
 
     def barrier(self, opts=None):
-        c, key = self._collective([], lambda n: 0.0, lambda c: None, "barrier")
+        c, key = self._collective([], lambda n: Transfer(0.0, {}, 0.0), lambda c: None, "barrier")
         return self._work(c, key, lambda: None, "barrier")
 
     # -- point to point -------------------------------------------------------------------------
@@ -305,16 +323,26 @@ class VirtualGroup(dist.ProcessGroup):
 
     def send(self, tensors, dst, tag):
         cluster, me, actor = self.cluster, self.ranks[self.rank()], self.cluster.scheduler.me()
-        to = self.ranks[dst]
-        cost = cluster.network.p2p(me, to, cluster.procs_per_node, _nbytes(tensors) * cluster.byte_scale)
-        cost += cluster.network.sync_s * actor.computed
+        to, now, sender = self.ranks[dst], cluster.scheduler.now(), self.rank()
+        transfer = cluster.network.message(me, to, cluster.procs_per_node, _nbytes(tensors) * cluster.byte_scale)
+        latency = transfer.latency + cluster.network.sync_s * actor.computed
         actor.computed = False
-        arrives = cluster.scheduler.now() + cost
         inbox = self._inbox(dst, tag)
-        inbox.post(self.rank(), Message([self._payload(actor, t) for t in tensors], arrives, cost, cluster.messages))
+        message = Message([self._payload(actor, t) for t in tensors], now, cluster.messages)
+        inbox.post(sender, message)
         cluster.messages += 1
-        cluster.scheduler.poke(inbox)
-        return VirtualWork(cluster, lambda: arrives, lambda: None, f"send to {to}", cost=lambda: cost)
+        flow = cluster.fabric.add(now, transfer.nbytes, transfer.links, latency)
+
+        def arrived(flow: Flow) -> None:
+            message.arrives, message.cost = flow.done_at, flow.done_at - now
+            inbox.arrived(sender, message)
+            cluster.scheduler.poke(inbox)
+            cluster.scheduler.poke(flow)
+
+        flow.on_done.append(arrived)
+        return VirtualWork(
+            cluster, lambda: flow.done_at, lambda: None, f"send to {to}", cost=lambda: message.cost, on=flow
+        )
 
     @staticmethod
     def _payload(actor: Actor, t: torch.Tensor) -> Payload:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Callable
 
 import torch
@@ -14,8 +15,9 @@ from benchmarks.launcher import Launch
 from benchmarks.virtual import group
 from benchmarks.virtual import network as networks
 from benchmarks.virtual.clock import Counters, VirtualClock
+from benchmarks.virtual.flows import Fabric
 from benchmarks.virtual.group import BACKEND, Collective, Inbox
-from benchmarks.virtual.network import Network
+from benchmarks.virtual.network import Network, Transfer
 from benchmarks.virtual.scheduler import Scheduler
 from benchmarks.virtual.threads import Threads, ThreadWorlds
 
@@ -36,6 +38,39 @@ class Cluster:
         # (``sim_model_mb``) while the embedded task's small model computes the numbers.
         self.byte_scale = 1.0
         self.updates = Counters()  # LAP/LPP-SGD's Hogwild counters (``VirtualClock.wait_updates``)
+        # The transfers in flight, sharing the links; the scheduler lets the network reach each of
+        # its events before any rank runs past it.
+        self.fabric = Fabric(network.capacity)
+        self.scheduler.network_event = self.fabric.next_event
+        self.scheduler.network_reach = self._reach
+        self.streams: dict[str, deque] = {}  # a group's collectives waiting for its stream, in order
+
+    def _reach(self, t: float) -> None:
+        for flow in self.fabric.reach(t):
+            for done in flow.on_done:
+                done(flow)
+
+    def on_stream(self, group: str, t: float, transfer: Transfer, extra: float, done: Callable) -> None:
+        """Put ``transfer`` (a collective of ``group`` whose last member came at ``t``, with ``extra``
+        latency) on the group's stream: it starts once the group's earlier collectives are done, and
+        ``done(flow)`` is called when the network has carried it."""
+        queue = self.streams.setdefault(group, deque())
+        queue.append((transfer, extra, done))
+        if len(queue) == 1:
+            self._start(group, t)
+
+    def _start(self, group: str, t: float) -> None:
+        transfer, extra, done = self.streams[group][0]
+        flow = self.fabric.add(t, transfer.nbytes, transfer.links, transfer.latency + extra)
+
+        def next_on_stream(flow) -> None:
+            queue = self.streams[group]
+            queue.popleft()
+            done(flow)
+            if queue:
+                self._start(group, flow.done_at)
+
+        flow.on_done.append(next_on_stream)
 
 
 def run(world_size: int, procs_per_node: int, network: Network, body: Callable[[int, Cluster], object]) -> list:

@@ -1,24 +1,26 @@
-"""The virtual cluster's network: two levels of links, and what each collective costs on them.
+"""The virtual cluster's network: nodes of GPUs, the links between them, and what a communication
+crosses.
 
-A message of n bytes over a link costs ``latency + n / bandwidth`` (the alpha-beta model of Hockney,
-"The communication challenge for MPP", Parallel Computing 20(3), 1994). A cluster has two kinds of
-link: between two GPUs of one node, and between two nodes. A collective over ranks that span nodes
-runs at the pace of its slowest link, the inter-node one, except where the algorithm splits it into a
-node-local and a cross-node phase (DASO, ``hierarchical_allreduce``).
+A message of n bytes over a link, alone, costs ``latency + n / bandwidth`` (the alpha-beta model of
+Hockney, "The communication challenge for MPP", Parallel Computing 20(3), 1994). Each GPU has a port
+into its node's fabric (NVLink: ``intra``), each node has ``rails`` adapters into the network
+(``inter``, per adapter and direction). Messages that cross one port or adapter at once share its
+bandwidth (``flows.py``, max-min), so the closed forms below are what a communication costs alone.
 
-Collective costs follow Thakur, Rabenseifner and Gropp, "Optimization of collective communication
-operations in MPICH" (IJHPCA 19(1), 2005): the ring all-reduce (reduce-scatter then all-gather,
-2(p-1) steps of n/p bytes, bandwidth-optimal: Patarasuk and Yuan, JPDC 69(2), 2009, the algorithm of
-NCCL and Horovod), recursive doubling (log2 p steps of n bytes: WAGMA's group all-reduce, Sec. 3.2 of
-arXiv:2005.00124), binomial-tree broadcast, and point-to-point messages (gossip, push-sum, the
-parameter server).
+Collective costs alone follow Thakur, Rabenseifner and Gropp, "Optimization of collective
+communication operations in MPICH" (IJHPCA 19(1), 2005): the ring all-reduce (reduce-scatter then
+all-gather, 2(p-1) steps of n/p bytes, bandwidth-optimal: Patarasuk and Yuan, JPDC 69(2), 2009, the
+algorithm of NCCL and Horovod), the binomial-tree broadcast, and point-to-point messages (gossip,
+push-sum, WAGMA's butterfly, the parameter server). ``ring``, ``gather_ring``, ``tree`` and
+``message`` give the same communications as the transfers they make, for the shared network.
 
-The presets give each number with its source. Bandwidths are per direction, per GPU.
+The presets give each number with its source. Bandwidths are per direction.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -66,6 +68,10 @@ class Network:
     # all-reduce, a 1-float all-reduce costs 3.5-4.2 ms here (README, calibration). False in the
     # presets, whose NCCL rings do not skip; a gloo machine's calibration sets it.
     skips_empty_segments: bool = False
+    # A node's network adapters (rails), each of ``inter``'s bandwidth per direction: a rank sends
+    # and receives through adapter (its local rank mod rails), and a collective whose group has
+    # several ranks on a node spreads its rings over that many adapters, as NCCL's channels do.
+    rails: int = 1
 
     def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
         """The slowest link among ``ranks`` (global ranks, ``procs_per_node`` to a node)."""
@@ -84,13 +90,6 @@ class Network:
         share = min(elements / (2 * p), 1.0) if self.skips_empty_segments and elements is not None else 1.0
         return 2 * (p - 1) * link.latency_s * share + comm.ring_allreduce_bytes(nbytes, p) / link.bandwidth_bps
 
-    def recursive_doubling_allreduce(self, ranks, procs_per_node: int, nbytes: float) -> float:
-        """log2(p) exchanges of the whole vector with a partner (p a power of two; else rounded up)."""
-        p = len(ranks)
-        if p <= 1:
-            return 0.0
-        return math.ceil(math.log2(p)) * self.link(ranks, procs_per_node).time(nbytes)
-
     def broadcast(self, ranks, procs_per_node: int, nbytes: float) -> float:
         """A binomial tree: ceil(log2 p) rounds of the whole message."""
         p = len(ranks)
@@ -98,14 +97,59 @@ class Network:
             return 0.0
         return math.ceil(math.log2(p)) * self.link(ranks, procs_per_node).time(nbytes)
 
-    def hierarchical_allreduce(self, nodes: int, procs_per_node: int, nbytes: float) -> float:
-        """A node-local ring all-reduce over G GPUs, then a ring all-reduce across the N nodes, each
-        node's G GPUs carrying 1/G of the vector on their own inter-node link in parallel (DASO's global
-        synchronisation, arXiv:2104.05588 Sec. 3)."""
-        g = procs_per_node
-        local = self.ring_allreduce(range(g), g, nbytes)
-        cross = 2 * (nodes - 1) * self.inter.time(nbytes / (g * nodes)) if nodes > 1 else 0.0
-        return local + cross
+    # -- the links a communication crosses, for the shared network (``flows.Fabric``) -------------
+    def capacity(self, link: tuple) -> float:
+        """Bytes per second of ``link``: a GPU's port into its node's fabric, ``("gpu", direction,
+        rank)``, at ``intra``'s bandwidth; or a node's adapter, ``("nic", direction, node, rail)``,
+        at ``inter``'s. The network between the adapters is not a bottleneck (a full-bisection
+        fat tree; a dragonfly's global links are not modelled)."""
+        return self.intra.bandwidth_bps if link[0] == "gpu" else self.inter.bandwidth_bps
+
+    def route(self, src: int, dst: int, procs_per_node: int, rail: int | None = None) -> tuple[tuple, tuple]:
+        """The links a message from rank ``src`` to ``dst`` crosses: their GPU ports inside a node,
+        else the sender's and the receiver's adapters (``rail``, or each rank's own)."""
+        a, b = divmod(src, procs_per_node), divmod(dst, procs_per_node)
+        if a[0] == b[0]:
+            return ("gpu", "out", src), ("gpu", "in", dst)
+        ra, rb = (a[1] % self.rails, b[1] % self.rails) if rail is None else (rail, rail)
+        return ("nic", "out", a[0], ra), ("nic", "in", b[0], rb)
+
+    def message(self, src: int, dst: int, procs_per_node: int, nbytes: float) -> Transfer:
+        """A point-to-point message: one transfer over its route, after its link's latency."""
+        links = dict.fromkeys(self.route(src, dst, procs_per_node), 1)
+        return Transfer(nbytes, links, self.link((src, dst), procs_per_node).latency_s)
+
+    def ring(self, ranks, procs_per_node: int, nbytes: float, elements: int | None = None) -> Transfer:
+        """A ring all-reduce as the transfers it makes (what ``ring_allreduce`` charges it alone):
+        each rank sends 2(p-1)/p of the bytes to its successor, spread over the channels."""
+        p = len(ranks)
+        if p <= 1:
+            return Transfer(0.0, {}, 0.0)
+        channels, links = _ring(self, tuple(ranks), procs_per_node)
+        share = min(elements / (2 * p), 1.0) if self.skips_empty_segments and elements is not None else 1.0
+        latency = 2 * (p - 1) * self.link(ranks, procs_per_node).latency_s * share
+        return Transfer(comm.ring_allreduce_bytes(nbytes, p) / channels, links, latency)
+
+    def gather_ring(self, ranks, procs_per_node: int, nbytes: float) -> Transfer:
+        """An all-gather of ``nbytes`` a rank: the all-gather half of a ring all-reduce of p times as much."""
+        p = len(ranks)
+        if p <= 1:
+            return Transfer(0.0, {}, 0.0)
+        channels, links = _ring(self, tuple(ranks), procs_per_node)
+        return Transfer((p - 1) * nbytes / channels, links, (p - 1) * self.link(ranks, procs_per_node).latency_s)
+
+    def tree(self, ranks, procs_per_node: int, nbytes: float) -> Transfer:
+        """A binomial-tree broadcast: ceil(log2 p) rounds of the whole message, one after another,
+        over the links the tree's messages cross."""
+        p = len(ranks)
+        if p <= 1:
+            return Transfer(0.0, {}, 0.0)
+        rounds = math.ceil(math.log2(p))
+        links = {}
+        for k in range(rounds):
+            for i in range(min(2**k, p - 2**k)):
+                links.update(dict.fromkeys(self.route(ranks[i], ranks[i + 2**k], procs_per_node), 1))
+        return Transfer(rounds * nbytes, links, rounds * self.link(ranks, procs_per_node).latency_s)
 
 
 def _gbs(gigabytes_per_s: float) -> float:
@@ -117,10 +161,14 @@ PRESETS: dict[str, Network] = {
         "juwels_booster",
         intra=Link(latency_s=3e-6, bandwidth_bps=_gbs(300.0)),
         inter=Link(latency_s=5e-6, bandwidth_bps=_gbs(25.0)),
+        rails=4,
         sources={
             "node": "4x NVIDIA A100 40 GB per node, NVLink 3 between them, 4x Mellanox HDR200 InfiniBand "
             "ConnectX-6 adapters per node, one per GPU (JSC, JUWELS Booster overview, "
             "apps.fz-juelich.de/jsc/hps/juwels/booster-overview.html)",
+            "rails": "4 adapters a node, one per GPU (same page); NCCL runs one ring per adapter, so a ring "
+            "alone across nodes gets 4 x 25 = 100 GB/s (about 86 GB/s bus bandwidth is measured on "
+            "4x HDR200 nodes: NVIDIA/nccl-tests issue 175; not fitted here)",
             "intra bandwidth": "NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU per direction "
             "(600 GB/s bidirectional; NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020)",
             "inter bandwidth": "HDR200: 200 Gb/s = 25 GB/s per direction per adapter, one adapter per GPU",
@@ -133,23 +181,28 @@ PRESETS: dict[str, Network] = {
     # blocking global sync every batch (B=1, S=0) and in 3.2224 h with one every 32 (B=32, S=0) at 32
     # GPUs, 1.2064 h and 0.8231 h at 128. At a per-GPU batch of 256 (Heat's example default; the papers
     # state none) the difference is 0.353 s (8 nodes) and 0.405 s (32 nodes) per global sync of the
-    # bfloat16 parameters (51.1 MB): a ring all-reduce across the nodes at 254 and 245 MB/s, one
-    # bandwidth for both node counts. Another batch size scales this bandwidth and the compute time
-    # alike (both are derived per step), so a simulated run's ratio of communication to compute is
-    # Table 2's whatever the batch. tests/test_virtual.py recomputes the fit.
+    # parameters, which the cycling phase sends in fp32 (102.2 MB; Heat and algorithms/daso.py cast
+    # to bfloat16 only in the blocking warm-up and cool-down): a ring all-reduce across the nodes at
+    # 507 and 489 MB/s, one bandwidth for both node counts. Another batch size scales this bandwidth
+    # and the compute time alike (both are derived per step), so a simulated run's ratio of
+    # communication to compute is Table 2's whatever the batch. tests/test_virtual.py recomputes the
+    # fit; results/tables/validation.csv marks those rows ``fit``.
     "juwels_booster_heat": Network(
         "juwels_booster_heat",
         intra=Link(latency_s=3e-6, bandwidth_bps=_gbs(300.0)),
-        inter=Link(latency_s=5e-6, bandwidth_bps=_gbs(0.25)),
+        inter=Link(latency_s=5e-6, bandwidth_bps=_gbs(0.5)),
+        rails=4,
         sources={
-            "node": "as juwels_booster: 4x A100 per node, NVLink 3 inside, HDR200 InfiniBand between",
+            "node": "as juwels_booster: 4x A100 per node, NVLink 3 inside, 4 HDR200 InfiniBand adapters",
             "intra bandwidth": "NVLink 3, as juwels_booster (DASO's node-local syncs are NCCL)",
-            "inter bandwidth": "0.25 GB/s: the effective rate of DASO's global synchronisation (Heat over "
-            "ParaStation MPI) fitted to the DASO paper's Table 2 (J. Big Data 2022; arXiv:2104.05588 v2): "
+            "inter bandwidth": "0.5 GB/s an adapter: the effective rate of DASO's global synchronisation (Heat "
+            "over ParaStation MPI) fitted to the DASO paper's Table 2 (J. Big Data 2022; arXiv:2104.05588 v2): "
             "B=1 against B=32 at S=0 gives 0.353 s per sync at 32 GPUs and 0.405 s at 128, a ring "
-            "all-reduce of 51.1 MB of bfloat16 parameters at 254 and 245 MB/s, assuming 256 images per "
-            "GPU per batch (the papers state none; the ratio of communication to compute does not depend "
-            "on it)",
+            "all-reduce of 102.2 MB of fp32 parameters (the cycling phase's type) at 507 and 489 MB/s, "
+            "assuming 256 images per GPU per batch (the papers state none; the ratio of communication to "
+            "compute does not depend on it). Given to every algorithm of the suite, also those that ran "
+            "NCCL in the paper (Horovod, DDP): the one rate the paper's numbers give",
+            "rails": "4 adapters a node, as juwels_booster: a ring with 4 ranks a node runs over all 4",
             "latencies": "as juwels_booster",
         },
     ),
@@ -184,20 +237,48 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
     if not path.is_file():
         raise ValueError(
             f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file "
-            "with name, intra and inter ({latency_s, bandwidth_bps}), sources and (optional) sync_s and "
-            "skips_empty_segments"
+            "with name, intra and inter ({latency_s, bandwidth_bps}), sources and (optional) sync_s, "
+            "skips_empty_segments and rails"
         )
     try:
         d = json.loads(path.read_text())
         links = Link(**d["intra"]), Link(**d["inter"])
         skips = bool(d.get("skips_empty_segments", False))
-        return Network(d["name"], *links, dict(d.get("sources", {})), float(d.get("sync_s", 0.0)), skips)
+        sources, sync_s, rails = dict(d.get("sources", {})), float(d.get("sync_s", 0.0)), int(d.get("rails", 1))
+        return Network(d["name"], *links, sources, sync_s, skips, rails)
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s, skips_empty_segments"
+            f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s, skips_empty_segments, rails"
         ) from None
 
 
 def save(net: Network, path: Path) -> None:
     """Write ``net`` as the JSON file that ``network`` reads."""
     path.write_text(json.dumps(dataclasses.asdict(net), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What a communication puts on the network: ``nbytes`` for each of the transfers it makes in
+    lockstep, the links they cross (link -> how many of them), and its latency before bytes move."""
+
+    nbytes: float
+    links: dict
+    latency: float
+
+
+@functools.lru_cache(maxsize=4096)
+def _ring(net: Network, ranks: tuple[int, ...], procs_per_node: int) -> tuple[int, dict]:
+    """A ring's channels and the links its neighbour transfers cross (link -> how many), over all
+    channels: a group with g ranks on a node runs min(g, rails) rings, channel c crossing between
+    nodes on adapter c (NCCL's channels); one rank a node uses its own adapter."""
+    nodes: dict[int, int] = {}
+    for r in ranks:
+        nodes[r // procs_per_node] = nodes.get(r // procs_per_node, 0) + 1
+    channels = min(net.rails, max(nodes.values())) if len(nodes) > 1 else 1
+    links: dict[tuple, int] = {}
+    for c in range(channels):
+        for j, src in enumerate(ranks):
+            for link in net.route(src, ranks[(j + 1) % len(ranks)], procs_per_node, c if channels > 1 else None):
+                links[link] = links.get(link, 0) + 1
+    return channels, links

@@ -81,6 +81,10 @@ class Scheduler:
     # the job sets these (``job.run``); a rank's main thread starts with none.
     thread_context: Callable[[], object] = staticmethod(lambda: None)
     enter_context: Callable[[object], None] = staticmethod(lambda context: None)
+    # The network's next event (a transfer starting or ending; None: none in flight), and reaching
+    # it: it comes before any actor whose time is the same or later (``job.Cluster``).
+    network_event: Callable[[], float | None] = staticmethod(lambda: None)
+    network_reach: Callable[[float], None] = staticmethod(lambda t: None)
 
     def __init__(self, world_size: int) -> None:
         self.actors = [Actor(r, r) for r in range(world_size)]
@@ -134,7 +138,7 @@ class Scheduler:
     def poke(self, on: object) -> None:
         """``on`` changed: queue those waiting on it that can now go on, at their time."""
         for actor in list(self.waiters.get(on, ())):
-            if actor is not self.current:
+            if actor is not self.current or actor.ready is not None:  # (the current one, as it hands on)
                 self._queue(actor)
 
     # -- the threads ----------------------------------------------------------------------------
@@ -216,11 +220,17 @@ class Scheduler:
             self.polled.add(actor)
 
     def _next(self) -> Actor | None:
-        for actor in list(self.polled):  # waits on nothing named: asked at every switch
-            if self._when(actor) is not None:
-                self.polled.discard(actor)
-                self._queue(actor)
-        while self.queue:
+        while True:
+            for actor in list(self.polled):  # waits on nothing named: asked at every switch
+                if self._when(actor) is not None:
+                    self.polled.discard(actor)
+                    self._queue(actor)
+            event = self.network_event()
+            if event is not None and (not self.queue or event <= self.queue[0][0]):
+                self.network_reach(event)  # may poke waiters, and queue them
+                continue
+            if not self.queue:
+                return None
             t, index, stamp, actor = self.queue[0]
             if stamp != actor.stamp or actor.done:
                 heapq.heappop(self.queue)
