@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis import claims, cli, dana, intervals, papers, profile, scaling, stragglers
@@ -227,15 +228,22 @@ def global_syncs(curves: pd.DataFrame) -> pd.DataFrame:
 
     Per suite, task, layout and algorithm with a ``global_syncs`` column: the median over seeds of
     the run's total global syncs and of its optimizer steps (DDP all-reduces across all nodes once
-    per step), the share of syncs saved, and the median bytes put on the inter-node links. No rows,
-    with these columns, where no run has the column (the report reads the file back by name).
+    per step), the share of syncs saved, and the median bytes put on the inter-node links. An
+    epoch's count is the one its last row (at the whole epoch) holds: the rows of the next epoch's
+    evaluations repeat it. No rows, with these columns, where no run has the column (the report
+    reads the file back by name).
     """
     if "global_syncs" not in curves.columns or curves["global_syncs"].isna().all():
         return pd.DataFrame(columns=[*GROUP, "algorithm", "syncs", "steps", "sync_bytes", "saved vs DDP"])
     rows = curves.dropna(subset=["global_syncs"])
-    per_run = rows.groupby(GROUP + ["algorithm", "run_id"], sort=True).agg(
-        syncs=("global_syncs", "sum"), steps=("step", "max"), sync_bytes=("global_sync_bytes", "sum")
+    steps = rows.groupby(GROUP + ["algorithm", "run_id"], sort=True)["step"].max()
+    ends = rows[np.isclose(rows["epoch"], rows["epoch"].round()) & (rows["epoch"] > 0)]
+    ends = ends.drop_duplicates(subset=[*GROUP, "algorithm", "run_id", "epoch"], keep="last")
+    per_run = ends.groupby(GROUP + ["algorithm", "run_id"], sort=True).agg(
+        syncs=("global_syncs", "sum"), sync_bytes=("global_sync_bytes", "sum")
     )
+    per_run["steps"] = steps
+    per_run = per_run[["syncs", "steps", "sync_bytes"]]
     out = per_run.groupby(GROUP + ["algorithm"], sort=True).median().reset_index()
     out["saved vs DDP"] = 1.0 - out["syncs"] / out["steps"]
     return out

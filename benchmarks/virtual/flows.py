@@ -25,6 +25,8 @@ import heapq
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 # A flow with less than this share of its bytes left is done (what floating-point progress leaves).
 _DONE = 1e-9
 
@@ -40,43 +42,74 @@ class Flow:
     rate: float = 0.0  # bytes per second of each of its transfers, while active
     done_at: float | None = None
     on_done: list[Callable[[Flow], None]] = field(default_factory=list)
+    # its links as numbers of a ``Links`` index, and how many of its transfers cross each
+    ids: np.ndarray = field(init=False, repr=False)
+    members: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.remaining = self.nbytes
 
 
+class Links:
+    """A number for every link seen, and its capacity: the solver works on arrays."""
+
+    def __init__(self, capacity: Callable[[Hashable], float]) -> None:
+        self.capacity, self.number, self.capacities = capacity, {}, []
+
+    def index(self, flow: Flow) -> None:
+        ids = []
+        for link in flow.links:
+            if (i := self.number.get(link)) is None:
+                i = self.number[link] = len(self.capacities)
+                self.capacities.append(self.capacity(link))
+            ids.append(i)
+        flow.ids, flow.members = np.array(ids, dtype=np.intp), np.array(list(flow.links.values()), dtype=float)
+
+
 def max_min_rates(flows: list[Flow], capacity: Callable[[Hashable], float]) -> None:
     """Set each flow's ``rate`` to its max-min fair share of the links it crosses (progressive filling,
-    weighted by how many of its transfers cross each link). A flow that crosses no link of finite
-    capacity gets an infinite rate."""
-    used: dict[Hashable, float] = {}
-    weight: dict[Hashable, int] = {}  # the unfrozen transfers crossing each link
+    weighted by how many of its transfers cross each link). A flow that crosses no link gets an
+    infinite rate."""
+    links = Links(capacity)
     for f in flows:
-        for link, members in f.links.items():
-            weight[link] = weight.get(link, 0) + members
-            used.setdefault(link, 0.0)
-    unfrozen = set(flows)
-    while unfrozen:
-        shares = {link: (capacity(link) - used[link]) / w for link, w in weight.items() if w > 0}
-        if not shares:  # the rest cross no shared link
-            for f in unfrozen:
-                f.rate = float("inf")
-            return
-        level = max(min(shares.values()), 0.0)
-        full = {link for link, share in shares.items() if share <= level * (1 + 1e-12)}
-        for f in [f for f in unfrozen if not full.isdisjoint(f.links)]:
-            f.rate = level
-            unfrozen.discard(f)
-            for link, members in f.links.items():
-                used[link] += members * level
-                weight[link] -= members
+        links.index(f)
+    _fill(flows, np.array(links.capacities, dtype=float))
+
+
+def _fill(flows: list[Flow], capacities: np.ndarray) -> None:
+    """Progressive filling over the flows' (indexed) links, vectorised over the (flow, link) pairs:
+    at 256 ranks, D-PSGD has 512 transfers in flight, and the rates are found again at every start
+    and end."""
+    if not flows:
+        return
+    rate = np.full(len(flows), np.inf)
+    link_of = np.concatenate([f.ids for f in flows])
+    if len(link_of):
+        members = np.concatenate([f.members for f in flows])
+        flow_of = np.repeat(np.arange(len(flows)), [len(f.ids) for f in flows])
+        free = capacities.copy()  # what the frozen flows leave of each link
+        crossing = np.ones(len(link_of), dtype=bool)  # the pairs of unfrozen flows
+        while crossing.any():
+            weight = np.bincount(link_of[crossing], members[crossing], minlength=len(free))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(weight > 0, free / weight, np.inf)
+            level = max(float(share.min()), 0.0)
+            full = share <= level * (1 + 1e-12)
+            hit = np.zeros(len(flows), dtype=bool)
+            hit[flow_of[crossing & full[link_of]]] = True
+            rate[hit] = level
+            now_frozen = crossing & hit[flow_of]
+            free -= np.bincount(link_of[now_frozen], members[now_frozen] * level, minlength=len(free))
+            crossing &= ~now_frozen
+    for f, r in zip(flows, rate.tolist()):
+        f.rate = r
 
 
 class Fabric:
     """The flows in flight on a network whose links have ``capacity(link)`` bytes per second."""
 
     def __init__(self, capacity: Callable[[Hashable], float]) -> None:
-        self.capacity = capacity
+        self.links = Links(capacity)
         self.now = 0.0
         self.active: list[Flow] = []
         self.waiting: list[tuple[float, int, Flow]] = []  # (start, number, flow): latency not yet over
@@ -87,6 +120,7 @@ class Fabric:
         """A flow added at ``now`` (no earlier than any event not yet reached)."""
         self.reach(now)
         flow = Flow(nbytes, {link: m for link, m in links.items() if m > 0}, now + latency)
+        self.links.index(flow)
         if nbytes <= 0 or not flow.links:
             flow.remaining, flow.rate = 0.0, float("inf")
         heapq.heappush(self.waiting, (flow.start, self.added, flow))
@@ -132,6 +166,6 @@ class Fabric:
         if ended:
             done = set(ended)
             self.active = [f for f in self.active if f not in done]
-        max_min_rates(self.active, self.capacity)
+        _fill(self.active, np.array(self.links.capacities, dtype=float))
         self._next = None
         return ended
