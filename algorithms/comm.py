@@ -54,6 +54,15 @@ _uncounted = threading.local()
 _message_scale = 1.0
 
 
+def carried_by_mpi(group: dist.ProcessGroup) -> None:
+    """Say that ``group``'s traffic stands for MPI's, as Heat's DASO sends its global syncs: the
+    virtual cluster charges it the network's MPI rate (``Network.mpi``). No effect on a real
+    backend, where the group's own library carries it."""
+    mark = getattr(group, "carried_by_mpi", None)  # the virtual cluster's groups have it
+    if mark is not None:
+        mark()
+
+
 def ring_allreduce_bytes(nbytes: float, p: int) -> float:
     """What each of ``p`` ranks sends in a ring all-reduce of ``nbytes``: reduce-scatter then
     all-gather, 2(p-1) messages of n/p bytes (the bandwidth-optimal algorithm of NCCL, gloo's ring,

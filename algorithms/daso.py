@@ -228,6 +228,9 @@ class DASO(Algorithm):
         # Every rank creates every group, in the same order, as torch.distributed requires.
         node_groups = [dist.new_group(topo.node_ranks(n)) for n in range(topo.nodes)]
         self.cross_groups = [dist.new_group(topo.cross_node_ranks(k)) for k in range(g)]
+        for group in self.cross_groups:  # Heat's global syncs go through MPI (the virtual cluster's rate)
+            if group != dist.GroupMember.NON_GROUP_MEMBER:
+                comm.carried_by_mpi(group)
         self.node_group = node_groups[topo.node]
         # The model's device, not whether CUDA exists: DDP refuses device ids for a CPU model (gloo
         # runs and the tests on a GPU machine).

@@ -249,6 +249,8 @@ class VirtualClock:
                 "sync_s": net.sync_s,
                 "skips_empty_segments": net.skips_empty_segments,
                 "rails": net.rails,
+                "mpi": dataclasses.asdict(net.mpi) if net.mpi else None,
+                "mpi_overlap": net.mpi_overlap,
             },
             "sim_step_ms": self.step_s * 1000.0,
             "sim_step_source": self.step_source,

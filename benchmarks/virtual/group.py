@@ -147,9 +147,11 @@ class VirtualWork(dist._Work):
         tensors: list[torch.Tensor] | None = None,
         cost: Callable[[], float] = lambda: 0.0,
         on: object = None,
+        overlap: float = 0.0,
     ):
         super().__init__()
         self.cluster, self.ready, self.finish, self.what, self.finished = cluster, ready, finish, what, False
+        self.overlap = overlap  # the share of its hidden time that the rank's compute pays (``Network.mpi_overlap``)
         self.tensors, self.cost, self.on = tensors or [], cost, on  # ``on``: what ``ready`` reads
         self.source: int | None = None  # a receive from any rank: the group rank it came from
 
@@ -167,6 +169,11 @@ class VirtualWork(dist._Work):
             comm = min(waited, self.cost())  # the rest of the wait was for the other ranks
             me.comm_s += comm
             me.idle_s -= comm
+            hidden = self.cost() - comm  # what ran behind the rank's own work
+            if self.overlap > 0 and hidden > 0:
+                self.cluster.scheduler.advance(self.overlap * hidden)
+                me.compute_s -= self.overlap * hidden
+                me.comm_s += self.overlap * hidden
             self.finish()
             self.finished = True
         return True
@@ -191,6 +198,16 @@ class VirtualGroup(dist.ProcessGroup):
         super().__init__(group_rank, len(ranks))
         self.cluster, self.ranks, self.name = cluster, ranks, name
         self.calls = 0
+        self.mpi = False  # its traffic goes at MPI's pace (``comm.carried_by_mpi``)
+
+    def carried_by_mpi(self) -> None:
+        self.mpi = True
+
+    def _carried(self, transfer: Transfer, key: object) -> Transfer:
+        return self.cluster.network.over_mpi(transfer, key) if self.mpi else transfer
+
+    def _overlap(self) -> float:
+        return self.cluster.network.mpi_overlap if self.mpi else 0.0
 
     def getBackendName(self) -> str:  # noqa: N802 - ProcessGroup's name
         return BACKEND
@@ -232,9 +249,8 @@ class VirtualGroup(dist.ProcessGroup):
                 c.cost = c.done_at - arrival
                 self.cluster.scheduler.poke(key)
 
-            self.cluster.on_stream(
-                self.name, arrival, transfer(_nbytes(tensors) * self.cluster.byte_scale), extra, done
-            )
+            carried = self._carried(transfer(_nbytes(tensors) * self.cluster.byte_scale), key)
+            self.cluster.on_stream(self.name, arrival, carried, extra, done)
         return c, key
 
     def _work(self, c: Collective, key, finish: Callable[[], None], what: str, tensors=None) -> VirtualWork:
@@ -245,7 +261,14 @@ class VirtualGroup(dist.ProcessGroup):
                 self.cluster.collectives.pop(key, None)
 
         return VirtualWork(
-            self.cluster, lambda: c.done_at, done, f"{what} on group {self.ranks}", tensors, lambda: c.cost, key
+            self.cluster,
+            lambda: c.done_at,
+            done,
+            f"{what} on group {self.ranks}",
+            tensors,
+            lambda: c.cost,
+            key,
+            self._overlap(),
         )
 
     def allreduce(self, tensors, opts=None):
@@ -325,6 +348,7 @@ class VirtualGroup(dist.ProcessGroup):
         cluster, me, actor = self.cluster, self.ranks[self.rank()], self.cluster.scheduler.me()
         to, now, sender = self.ranks[dst], cluster.scheduler.now(), self.rank()
         transfer = cluster.network.message(me, to, cluster.procs_per_node, _nbytes(tensors) * cluster.byte_scale)
+        transfer = self._carried(transfer, ("message", cluster.messages))
         latency = transfer.latency + cluster.network.sync_s * actor.computed
         actor.computed = False
         inbox = self._inbox(dst, tag)
@@ -341,7 +365,14 @@ class VirtualGroup(dist.ProcessGroup):
 
         flow.on_done.append(arrived)
         return VirtualWork(
-            cluster, lambda: flow.done_at, lambda: None, f"send to {to}", cost=lambda: message.cost, on=flow
+            cluster,
+            lambda: flow.done_at,
+            lambda: None,
+            f"send to {to}",
+            None,
+            lambda: message.cost,
+            flow,
+            self._overlap(),
         )
 
     @staticmethod
