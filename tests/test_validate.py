@@ -74,6 +74,7 @@ def test_the_fit_rows_are_those_the_model_was_chosen_on():
     fit = {c["case"] for c in cases if c["role"] == "fit"}
     assert fit == {
         *(f"daso-t2-{g}gpu-B{b}-S0" for g in (32, 128) for b in (1, 32)),
+        "daso-t2-32gpu-B1-S1",  # what a hidden non-blocking sync costs the compute (mpi_overlap)
         "wagma-balanced-adpsgd",
         "wagma-fig4-over-dpsgd",
         "wagma-fig4-over-sgp",
