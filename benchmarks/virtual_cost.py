@@ -153,9 +153,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
     sets = ["threads=1", "stop_at_target=false", *args.sets]
+    # a simulated run's own settings (sim_*) go to the simulated runs only: a real run refuses them
+    simulated_only = config.CLOCK_ONLY["simulated"]
+    real_sets = [item for item in sets if item.split("=", 1)[0] not in simulated_only]
     layouts = [tuple(int(n) for n in layout.split("x")) for layout in args.layouts]
     same = None if args.real_layout == "none" else tuple(int(n) for n in args.real_layout.split("x"))
-    timed_run("allreduce", args.task, 1, 1, 1, sets)  # a first run pays the imports (torch._dynamo): not timed
+    timed_run("allreduce", args.task, 1, 1, 1, real_sets)  # a first run pays the imports (torch._dynamo): not timed
 
     # Rounds: each measures the plain real step, then every algorithm's real and simulated steps, so
     # that a ratio divides measurements minutes apart, never a whole benchmark apart (a shared
@@ -167,10 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     epochs = tuple(args.epochs)
     for round_ in range(args.repeats):
-        plain.append(step_seconds("allreduce", args.task, 1, 1, epochs, sets)[0])
+        plain.append(step_seconds("allreduce", args.task, 1, 1, epochs, real_sets)[0])
         for algorithm in args.algorithms:
             if same is not None:
-                real[algorithm].append(step_seconds(algorithm, args.task, *same, epochs, sets)[0])
+                real[algorithm].append(step_seconds(algorithm, args.task, *same, epochs, real_sets)[0])
             for nxg in layouts:
                 sim[algorithm, nxg].append(step_seconds(algorithm, args.task, *nxg, epochs, ["clock=simulated", *sets]))
         print(f"round {round_ + 1} of {args.repeats}: one real process's step {plain[-1] * 1e3:.2f} CPU-ms", flush=True)
