@@ -42,10 +42,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
 import yaml
 
 from benchmarks import calibrate, config, netns, run, tasks
-from benchmarks.virtual import network
+from benchmarks.virtual import job, network
 from benchmarks.virtual.clock import FORWARD_SHARE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +55,8 @@ CASES = ROOT / "analysis" / "papers" / "validation.yaml"
 OUT = ROOT / "results" / "tables" / "validation.csv"
 COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
 ROLES = ("fit", "test")
-QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step")
-UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None}
+QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step", "bus_bandwidth")
+UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None, "GB/s": None}
 EMULATED = "emulated"  # the network column of the emulated runs, whatever their rate
 
 
@@ -79,6 +81,11 @@ def load(path: Path = CASES) -> tuple[list[dict], list[dict]]:
         if case["quantity"] == "emulated_step":
             if "rate_mbit" not in case or case["network"] != EMULATED:
                 raise ValueError(f"case {name!r}: an emulated case names rate_mbit and network {EMULATED!r}")
+        elif case["quantity"] == "bus_bandwidth":
+            if set(case.get("allreduce", {})) != {"nodes", "procs_per_node", "bytes"}:
+                raise ValueError(
+                    f"case {name!r}: a bus bandwidth names its allreduce's nodes, procs_per_node and bytes"
+                )
         elif not isinstance(case.get("measured"), (int, float)) or "run" not in case:
             raise ValueError(f"case {name!r}: a published case gives its measured number and its run")
         if case["quantity"] == "speedup" and "baseline" not in case:
@@ -189,6 +196,24 @@ def predict_published(case: dict, work: Path) -> float:
     return step * total / UNITS[unit]
 
 
+def predict_bus_bandwidth(case: dict) -> float:
+    """nccl-tests' bus bandwidth of one all-reduce of ``bytes`` over ``nodes`` x ``procs_per_node``
+    ranks, as the virtual cluster times it under the case's network: the bytes over the time, times
+    2(n-1)/n (nccl-tests' doc/PERFORMANCE.md), in GB/s."""
+    spec = case["allreduce"]
+    n = spec["nodes"] * spec["procs_per_node"]
+
+    def body(rank: int, cluster: job.Cluster) -> float:
+        job.init_process_group(rank, cluster)
+        cluster.byte_scale = spec["bytes"] / 4.0  # one float on the wire as the case's bytes
+        dist.all_reduce(torch.ones(1))
+        dist.destroy_process_group()
+        return cluster.scheduler.now()
+
+    seconds = max(job.run(n, spec["procs_per_node"], network.load(case["network"]), body))
+    return spec["bytes"] / seconds * 2 * (n - 1) / n / 1e9
+
+
 # -- the emulated network -----------------------------------------------------------------------
 
 
@@ -253,6 +278,8 @@ def evaluate(case: dict, work: Path, machine: dict | None) -> dict:
     if case["quantity"] == "emulated_step":
         measured = steady_step_s(measure_emulated(case, work)) / UNITS[case["unit"]]
         predicted = predict_emulated(case, machine, work) / UNITS[case["unit"]]
+    elif case["quantity"] == "bus_bandwidth":
+        measured, predicted = float(case["measured"]), predict_bus_bandwidth(case)
     else:
         measured, predicted = float(case["measured"]), predict_published(case, work)
     error = relative_error(measured, predicted)

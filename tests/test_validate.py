@@ -161,3 +161,13 @@ def test_the_calibration_names_its_fit_and_test_algorithms():
 
     assert set(calibrate.FITTED).isdisjoint(calibrate.TESTED)
     assert calibrate.PREDICTED == [*calibrate.FITTED, *calibrate.TESTED] and calibrate.TESTED
+
+
+def test_a_bus_bandwidth_is_the_virtual_rings_bytes_over_its_time():
+    """nccl-tests' bus bandwidth, predicted: 2 nodes of 4 ranks on juwels_booster (4 rails), 100 MB.
+    Four rings, one an adapter: each rank's 2(n-1)/n of the bytes cross a node's four 25 GB/s
+    adapters in a quarter each, after 2(n-1) latencies of 5 us: t = 14 x 5e-6 + 1.75e8 / 1e11, and
+    the bus bandwidth is 1.75e8 / t."""
+    case = {"network": "juwels_booster", "allreduce": {"nodes": 2, "procs_per_node": 4, "bytes": 100_000_000}}
+    t = 14 * 5e-6 + 1.75e8 / 1e11
+    assert validate.predict_bus_bandwidth(case) == pytest.approx(1.75e8 / t / 1e9)
