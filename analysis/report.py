@@ -56,8 +56,8 @@ FILES = {
     "dana": "tables/dana.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
-    "validation": "tables/validation.csv",  # python -m benchmarks.validate's, shown where present
-    "calibration": "calibration/calibration.csv",  # python -m benchmarks.calibrate's, shown where present
+    "validation": "tables/validation.csv",  # python -m benchmarks.virtual.validate's, shown where present
+    "calibration": "calibration/calibration.csv",  # python -m benchmarks.virtual.calibrate's, shown where present
     "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",
 }
@@ -368,11 +368,11 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
 
 def model_error(network: str, errors: dict[str, tuple[float, int]]) -> str:
     """What a simulated claim's verdict rests on: its network model's out-of-sample error, the geomean
-    |relative error| of the validation's test rows on that network (``benchmarks/validate.py``)."""
+    |relative error| of the validation's test rows on that network (``benchmarks/virtual/validate.py``)."""
     if not network:
         return ""
     if network not in errors:
-        return f"{network}: no test rows (python -m benchmarks.validate)"
+        return f"{network}: no test rows (python -m benchmarks.virtual.validate)"
     error, rows = errors[network]
     return f"{network}: {error:.1%} geomean |error| over {rows} test rows"
 
@@ -432,7 +432,7 @@ def validation_errors(rows: pd.DataFrame) -> dict[str, tuple[float, int]]:
 
 
 def validation_section(path: Path) -> dict | None:
-    """The virtual cluster against measurements it was not fitted to (``benchmarks/validate.py``'s
+    """The virtual cluster against measurements it was not fitted to (``benchmarks/virtual/validate.py``'s
     table): per network the geomean |error| of the test rows, then every row; None where not run."""
     path = Path(path)
     if not path.is_file():
@@ -450,7 +450,7 @@ def validation_section(path: Path) -> dict | None:
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per algorithm, from ``benchmarks/calibrate.py``'s rows (one per seed): the median measured and
+    """Per algorithm, from ``benchmarks/virtual/calibrate.py``'s rows (one per seed): the median measured and
     predicted times to target over the seeds where both reached it, and the prediction's error
     (predicted / measured - 1)."""
     both = rows.dropna(subset=["measured_s", "predicted_s"])
@@ -462,7 +462,7 @@ def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def calibration_section(path: Path) -> dict | None:
     """The report's calibration section: the virtual cluster's predictions beside the measured times
-    (``benchmarks/calibrate.py``'s files) as a table and its figure, or None where the calibration
+    (``benchmarks/virtual/calibrate.py``'s files) as a table and its figure, or None where the calibration
     was not run."""
     path = Path(path)
     if not path.is_file():

@@ -704,8 +704,8 @@ def test_ddp_overlaps_its_all_reduce_with_backward_as_on_a_gpu(tmp_path, run_ben
 def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     """calibrate's fit recovers the link that made the times; a network file names a run's links,
     and a bad one is refused before the run starts, naming what it expected."""
-    from benchmarks import calibrate
     from benchmarks import config as run_config
+    from benchmarks.virtual import calibrate
 
     truth = network.Network("made", network.Link(0, 1), network.Link(2e-4, 1.5e9))
     sizes = [256, 4096, 65536, 1 << 20, 1 << 22]
@@ -762,7 +762,7 @@ def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
     """On this machine each rank runs U updater processes and an averager that polls without pause:
     U + 1 busy processes where the measured batch had one, so U updates take U + 1 batches, which
     the virtual clock (an update costs a batch x U / speedup) gives with speedup U / (U + 1)."""
-    from benchmarks import calibrate
+    from benchmarks.virtual import calibrate
 
     assert calibrate.updater_speedup("lap_sgd") == calibrate.updater_speedup("lpp_sgd")
     (item,) = calibrate.updater_speedup("lpp_sgd")  # the embedded default's updaters=2

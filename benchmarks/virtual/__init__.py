@@ -15,5 +15,10 @@ The package, one concern a module:
 - ``group``: the process group (collectives, messages), registered as the backend ``virtual``;
 - ``network``: the network model (links, presets, what each collective costs);
 - ``clock``: a rank's clock (compute time, DDP's overlap with backward, Hogwild counters);
-- ``job``: what a job's ranks share, and running them (``run``, ``run_job``).
+- ``flows``: transfers that share links, max-min fairly;
+- ``job``: what a job's ranks share, and running them (``run``, ``run_job``);
+- ``calibrate``: this machine's network and batch time, fitted, and the model against it
+  (``python -m benchmarks.virtual.calibrate``);
+- ``validate``: the model against measurements it was not fitted to
+  (``python -m benchmarks.virtual.validate``).
 """

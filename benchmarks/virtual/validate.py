@@ -1,6 +1,6 @@
 """Validation: the virtual cluster's predictions against measurements, fit and test apart.
 
-    python -m benchmarks.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
+    python -m benchmarks.virtual.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
                                   [--work DIR] [--only SUBSTRING]
 
 A verdict at a paper's scale is only as good as the time model behind it, and a model is only
@@ -17,7 +17,7 @@ scored, ``test`` otherwise. Two kinds of measurement:
   root only): a real 2 x 2 gloo run of digits behind links of R Mbit/s, its steady-state time per
   step (after the first epoch), predicted by its virtual twin on a network built from the rate
   (inter-node: R; the per-message latency, ``sync_s`` and the intra-node link: this machine's
-  loopback, measured now as ``benchmarks.calibrate`` does) and the compute time of a step measured
+  loopback, measured now as ``benchmarks.virtual.calibrate`` does) and the compute time of a step measured
   alone (4 single-process runs at once, ``calibrate.measure_batch``). Without root these are left out,
   with the reason printed.
 
@@ -46,11 +46,11 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from benchmarks import calibrate, config, netns, run, tasks
-from benchmarks.virtual import job, network
+from benchmarks import config, netns, run, tasks
+from benchmarks.virtual import calibrate, job, network
 from benchmarks.virtual.clock import FORWARD_SHARE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "analysis" / "papers" / "validation.yaml"
 OUT = ROOT / "results" / "tables" / "validation.csv"
 COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
@@ -234,12 +234,12 @@ def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
     here); inside a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
     intra = network.Link(**machine["intra"])
     inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=rate_mbit * 1e6 / 8)
-    source = "benchmarks/validate.py: the tbf rate of benchmarks/netns.py, the loopback's latency"
+    source = "benchmarks/virtual/validate.py: the tbf rate of benchmarks/netns.py, the loopback's latency"
     net = network.Network(
         f"emulated_{rate_mbit:g}mbit",
         intra,
         inter,
-        {"inter": source, "intra": "this machine's loopback (benchmarks.calibrate.measure_network)"},
+        {"inter": source, "intra": "this machine's loopback (benchmarks.virtual.calibrate.measure_network)"},
         sync_s=machine["sync_s"],
         skips_empty_segments=machine["skips"],
     )
@@ -264,7 +264,7 @@ def predict_emulated(case: dict, machine: dict, work: Path) -> float:
     extra = {
         "sim_network": str(emulated_network(case["rate_mbit"], machine, work)),
         "sim_step_ms": round(machine["step_ms"], 4),
-        "sim_step_source": "benchmarks.validate: calibrate.measure_batch, 4 runs at once",
+        "sim_step_source": "benchmarks.virtual.validate: calibrate.measure_batch, 4 runs at once",
         "device": "cpu",
     }
     return steady_step_s(simulate(case["run"], work, extra))
@@ -314,7 +314,7 @@ def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.virtual.validate", description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=Path, default=CASES)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")
