@@ -83,25 +83,27 @@ class Network:
         """The slowest link among ``ranks`` (global ranks, ``procs_per_node`` to a node)."""
         return self.intra if len({r // procs_per_node for r in ranks}) <= 1 else self.inter
 
+    # -- what a communication costs alone: its transfers on otherwise idle links ------------------
+    def alone(self, transfer: Transfer) -> float:
+        """``transfer``'s time with nothing else on its links: its latency, then its bytes at the
+        share of its most contended link (what ``flows.Fabric`` gives it when it is the only flow)."""
+        if transfer.nbytes <= 0 or not transfer.links:
+            return transfer.latency
+        rate = min(self.capacity(link) / members for link, members in transfer.links.items())
+        return transfer.latency + transfer.nbytes / rate
+
     def p2p(self, src: int, dst: int, procs_per_node: int, nbytes: float) -> float:
-        return self.link((src, dst), procs_per_node).time(nbytes)
+        return self.alone(self.message(src, dst, procs_per_node, nbytes))
 
     def ring_allreduce(self, ranks, procs_per_node: int, nbytes: float, elements: int | None = None) -> float:
-        """Reduce-scatter then all-gather around a ring: 2(p-1) steps of n/p bytes; with
-        ``skips_empty_segments``, c/2p of the latencies for c < 2p ``elements`` (see the field)."""
-        p = len(ranks)
-        if p <= 1:
-            return 0.0
-        link = self.link(ranks, procs_per_node)  # the bytes each rank sends, as the runs count them
-        share = min(elements / (2 * p), 1.0) if self.skips_empty_segments and elements is not None else 1.0
-        return 2 * (p - 1) * link.latency_s * share + comm.ring_allreduce_bytes(nbytes, p) / link.bandwidth_bps
+        """Reduce-scatter then all-gather around a ring, alone: 2(p-1) steps of n/p bytes over the
+        slowest link (one rail), or spread over a node's rails; with ``skips_empty_segments``, c/2p
+        of the latencies for c < 2p ``elements`` (see the field)."""
+        return self.alone(self.ring(ranks, procs_per_node, nbytes, elements))
 
     def broadcast(self, ranks, procs_per_node: int, nbytes: float) -> float:
-        """A binomial tree: ceil(log2 p) rounds of the whole message."""
-        p = len(ranks)
-        if p <= 1:
-            return 0.0
-        return math.ceil(math.log2(p)) * self.link(ranks, procs_per_node).time(nbytes)
+        """A binomial tree, alone: ceil(log2 p) rounds of the whole message."""
+        return self.alone(self.tree(ranks, procs_per_node, nbytes))
 
     # -- the links a communication crosses, for the shared network (``flows.Fabric``) -------------
     def capacity(self, link: tuple) -> float:
