@@ -82,6 +82,18 @@ def test_presets_name_their_sources():
     assert booster.inter.bandwidth_bps == 25e9 and booster.intra.bandwidth_bps == 300e9
 
 
+def test_a_job_larger_than_a_cell_of_the_fabric_is_told_what_is_not_modelled(tmp_path):
+    """Inside a cell (a dragonfly group, a DragonFly+ cell) only the adapters are shared; a job on more
+    nodes than a cell is told that the links between cells are not modelled, and a network file keeps
+    its cell size."""
+    daint, booster = network.PRESETS["piz_daint"], network.PRESETS["juwels_booster"]
+    assert daint.spans_cells(256) is None and booster.spans_cells(32) is None  # the papers' jobs fit
+    assert "384" in daint.spans_cells(512) and "not modelled" in booster.spans_cells(64)
+    assert network.Network("flat", NET.intra, NET.inter).spans_cells(10_000) is None
+    network.save(daint, tmp_path / "daint.json")
+    assert network.load(str(tmp_path / "daint.json")).cell_nodes == 384
+
+
 def test_the_daso_network_reproduces_its_papers_table_2():
     """juwels_booster_heat's MPI rate is fitted to DASO's Table 2: the time a blocking
     global sync adds per batch (B=1 against B=32 at S=0), at 256 images per GPU per batch, is a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from collections import deque
 from collections.abc import Callable
 
@@ -112,6 +113,8 @@ def run_job(cfg, train: Callable) -> int:
     """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
     return the job's exit code (the first failing rank's, else 0)."""
     network = networks.load(cfg.settings["sim_network"], cfg.settings["sim_inter_speed"])
+    if note := network.spans_cells(cfg.world_size // cfg.procs_per_node):
+        print(f"virtual cluster: {note}", file=sys.stderr, flush=True)
 
     def rank_main(rank: int, cluster: Cluster) -> int:
         launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)

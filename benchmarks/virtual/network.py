@@ -78,6 +78,19 @@ class Network:
     # (the host's progress of the MPI call). None: MPI goes as fast as the links.
     mpi: Link | None = None
     mpi_overlap: float = 0.0
+    # The nodes of one cell of the fabric, inside which the network between the adapters is not a
+    # bottleneck (a dragonfly's group, a DragonFly+ cell's full fat tree); the links between cells
+    # are not modelled, so a job on more nodes is told so (``spans_cells``). 0: one cell, any size.
+    cell_nodes: int = 0
+
+    def spans_cells(self, nodes: int) -> str | None:
+        """A line saying what the model leaves out for a job on ``nodes`` nodes, or None."""
+        if self.cell_nodes and nodes > self.cell_nodes:
+            return (
+                f"{self.name}: {nodes} nodes span more than one cell of {self.cell_nodes}; the links "
+                "between cells are not modelled, so traffic between them is charged as if inside one"
+            )
+        return None
 
     def link(self, ranks: list[int] | tuple[int, ...], procs_per_node: int) -> Link:
         """The slowest link among ``ranks`` (global ranks, ``procs_per_node`` to a node)."""
@@ -109,8 +122,8 @@ class Network:
     def capacity(self, link: tuple) -> float:
         """Bytes per second of ``link``: a GPU's port into its node's fabric, ``("gpu", direction,
         rank)``, at ``intra``'s bandwidth; or a node's adapter, ``("nic", direction, node, rail)``,
-        at ``inter``'s. The network between the adapters is not a bottleneck (a full-bisection
-        fat tree; a dragonfly's global links are not modelled)."""
+        at ``inter``'s. The network between the adapters is not a bottleneck inside one cell of
+        the fabric (``cell_nodes``); the links between cells are not modelled."""
         if link[0] == "mpi":  # a transfer's own cap, at MPI's pace
             return self.mpi.bandwidth_bps
         return self.intra.bandwidth_bps if link[0] == "gpu" else self.inter.bandwidth_bps
@@ -178,6 +191,7 @@ PRESETS: dict[str, Network] = {
         intra=Link(latency_s=3e-6, bandwidth_bps=_gbs(300.0)),
         inter=Link(latency_s=5e-6, bandwidth_bps=_gbs(25.0)),
         rails=4,
+        cell_nodes=48,
         sources={
             "node": "4x NVIDIA A100 40 GB per node, NVLink 3 between them, 4x Mellanox HDR200 InfiniBand "
             "ConnectX-6 adapters per node, one per GPU (JSC, JUWELS Booster overview, "
@@ -190,6 +204,9 @@ PRESETS: dict[str, Network] = {
             "inter bandwidth": "HDR200: 200 Gb/s = 25 GB/s per direction per adapter, one adapter per GPU",
             "latencies": "order of magnitude of NCCL's per-message latency on NVLink (a few us) and over "
             "InfiniBand HDR (about 5 us end to end including the NIC); not measured on JUWELS by this suite",
+            "fabric": "DragonFly+ of 48-node cells, a full fat tree inside each (same page): a job of at most "
+            "48 nodes placed in one cell shares only its adapters (the DASO paper's 8 and 32 nodes); the "
+            "links between cells are not modelled",
         },
     ),
     # JUWELS Booster as the DASO paper ran it: NCCL (Horovod, DDP, DASO inside a node) on the
@@ -214,6 +231,7 @@ PRESETS: dict[str, Network] = {
         rails=4,
         mpi=Link(latency_s=5e-6, bandwidth_bps=_gbs(0.5)),
         mpi_overlap=0.78,
+        cell_nodes=48,
         sources={
             "node": "as juwels_booster: 4x A100 per node, NVLink 3 inside, 4 HDR200 InfiniBand adapters",
             "intra bandwidth": "NVLink 3, as juwels_booster (DASO's node-local syncs are NCCL)",
@@ -228,18 +246,23 @@ PRESETS: dict[str, Network] = {
             "mpi_overlap": "0.78: at 32 GPUs Table 2's B=1 S=1 row (4.2545 h) against B=1 S=0 (4.5606 h) "
             "and the compute alone (3.1792 h): a hidden non-blocking sync still costs 0.78 of its time",
             "latencies": "as juwels_booster",
+            "fabric": "as juwels_booster: 48-node cells",
         },
     ),
     "piz_daint": Network(
         "piz_daint",
         intra=Link(latency_s=1.3e-6, bandwidth_bps=_gbs(10.0)),  # one GPU per node: never used between GPUs
         inter=Link(latency_s=1.3e-6, bandwidth_bps=_gbs(10.0)),
+        cell_nodes=384,
         sources={
             "node": "Cray XC50, one NVIDIA P100 16 GB per node (CSCS, Piz Daint; WAGMA-SGD's testbed, "
             "arXiv:2005.00124 Sec. 5)",
             "inter bandwidth": "Aries Dragonfly: about 10 GB/s injection bandwidth per node (Alverson et al., "
             "'Cray XC Series Network', Cray Inc. white paper WP-Aries01-1112, 2012)",
             "latencies": "Aries MPI point-to-point latency about 1.3 us (same white paper)",
+            "fabric": "Aries dragonfly groups of 384 nodes (2 cabinets of 3 chassis, 16 four-node blades a "
+            "chassis; same white paper): WAGMA-SGD's 64 and 256 nodes fit in one group, whose links are "
+            "not modelled as a bottleneck; the optical global links between groups are not modelled",
         },
     ),
 }
@@ -262,7 +285,7 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
         raise ValueError(
             f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file "
             "with name, intra and inter ({latency_s, bandwidth_bps}), sources and (optional) sync_s, "
-            "skips_empty_segments, rails, mpi and mpi_overlap"
+            "skips_empty_segments, rails, mpi, mpi_overlap and cell_nodes"
         )
     try:
         d = json.loads(path.read_text())
@@ -270,10 +293,11 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
         skips = bool(d.get("skips_empty_segments", False))
         sources, sync_s, rails = dict(d.get("sources", {})), float(d.get("sync_s", 0.0)), int(d.get("rails", 1))
         mpi = Link(**d["mpi"]) if d.get("mpi") else None
-        return Network(d["name"], *links, sources, sync_s, skips, rails, mpi, float(d.get("mpi_overlap", 0.0)))
+        overlap, cells = float(d.get("mpi_overlap", 0.0)), int(d.get("cell_nodes", 0))
+        return Network(d["name"], *links, sources, sync_s, skips, rails, mpi, overlap, cells)
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s, skips_empty_segments, rails, mpi, mpi_overlap"
+            f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s, skips_empty_segments, rails, mpi, mpi_overlap, cell_nodes"
         ) from None
 
 
