@@ -20,7 +20,12 @@ No name server is reachable from the namespaces either: c10d's warning that "the
 client socket cannot be retrieved" is that, and harmless; a rank that needs the internet (a dataset's
 download, wandb online) cannot run there.
 
-``tbf`` is in this kernel, ``netem`` is not: the links have a rate, no added delay. It needs root
+``tbf`` is in this kernel, ``netem`` is not: the links have a rate, no added delay. A tbf lets a
+full bucket pass at once, so after an idle moment (a rank's compute) a burst goes at memory speed:
+with the 64 KiB bucket that a GSO segment needs, a 32 KiB message after 20 ms idle took 0.2 ms at
+25 Mbit/s instead of 10.5. The links therefore send packets of at most ``packet_bytes(rate)`` (the
+adapters' ``gso_max_size``) through a bucket of two of them or 0.5 ms at the rate: a burst gains at
+most 1 ms (at 25 Mbit/s; 0.5 ms from 49 Mbit/s up), and every message is paced as a link of that rate paces it. It needs root
 and iproute2; ``available()`` says whether this machine allows it, and why not.
 
     with netns.emulated(nodes=2, rate_mbit=200) as net:
@@ -55,6 +60,8 @@ INTERFACE = "eth0"  # each node's one adapter, the same name in every node's nam
 NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` mounts a namespace
 CLONE_NEWNET = 0x40000000
 MAX_NODES = 250
+FRAME_BYTES = 1514  # an Ethernet frame of a 1500-byte MTU, as tbf counts it
+PAYLOAD_BYTES = 1448  # the TCP payload of a full frame (with timestamps): what a link of R carries is R x 1448/1514
 
 _serial = itertools.count()
 _live: dict[str, list[str]] = {}  # namespace group (PREFIX-pid-serial) -> its names, while in use
@@ -107,8 +114,8 @@ def emulated(
 ) -> Iterator[Network]:
     """A network of ``nodes`` namespaces, each node's link shaped to ``rate_mbit`` Mbit/s each way.
 
-    ``burst_bytes`` is the tbf's bucket (default: 2 ms at the rate, at least 64 KiB, a GSO
-    segment's worth); ``latency_ms`` bounds the time a packet may wait in the tbf's queue (its queue
+    ``burst_bytes`` is the tbf's bucket (default: two of the links' packets, ``packet_bytes``);
+    ``latency_ms`` bounds the time a packet may wait in the tbf's queue (its queue
     length), not a delay. Everything made is removed on leaving, also on an exception or a signal.
     """
     if not 1 <= nodes <= MAX_NODES:
@@ -123,6 +130,7 @@ def emulated(
     _register(group, made)
     try:
         shape = _tbf(rate_mbit, burst_bytes, latency_ms)
+        packet = str(packet_bytes(rate_mbit))
         for name in (bridge, *names):
             _ip("netns", "add", name)
             made.append(name)
@@ -132,9 +140,11 @@ def emulated(
             port = f"n{i}"  # the bridge's port toward node i; names are per namespace
             _ip("-n", bridge, "link", "add", port, "type", "veth", "peer", "name", INTERFACE, "netns", name)
             _ip("-n", bridge, "link", "set", port, "master", "br0")
+            _ip("-n", bridge, "link", "set", port, "gso_max_size", packet)
             _ip("-n", bridge, "link", "set", port, "up")
             _run("tc", "-n", bridge, "qdisc", "add", "dev", port, "root", *shape)  # the node's download
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", INTERFACE)
+            _ip("-n", name, "link", "set", INTERFACE, "gso_max_size", packet)
             _ip("-n", name, "link", "set", INTERFACE, "up")
             _ip("-n", name, "link", "set", "lo", "up")  # the node's own ranks meet over it
             _run("tc", "-n", name, "qdisc", "add", "dev", INTERFACE, "root", *shape)  # its upload
@@ -254,6 +264,66 @@ def measure(network: Network, megabytes: float = 20.0, src: int = 0, dst: int = 
     return nbytes * 8 / elapsed / 1e6
 
 
+def message_times(
+    network: Network, nbytes: int, gap_s: float, reps: int = 12, src: int = 0, dst: int = 1, timeout_s: float = 120.0
+) -> list[float]:
+    """Send ``reps`` messages of ``nbytes`` from node ``src`` to ``dst`` over one TCP connection, each
+    after ``gap_s`` of idle (as a message after a rank's compute); returns each one's seconds until
+    the receiver's acknowledgement. A link of the network's rate takes ``nbytes`` over its payload
+    rate whatever the gap: what a tbf's bucket would let through at once is the difference."""
+    port = 5202
+    ready_r, ready_w = os.pipe()
+    result_r, result_w = os.pipe()
+
+    def receive() -> None:
+        os.close(ready_r)
+        enter(network.namespaces[dst])
+        with socket.create_server((network.addresses[dst], port)) as server:
+            os.write(ready_w, b"r")
+            server.settimeout(timeout_s)
+            connection, _ = server.accept()
+            with connection:
+                connection.settimeout(timeout_s)
+                buffer = bytearray(1 << 20)
+                for _ in range(reps):
+                    left = nbytes
+                    while left > 0:
+                        got = connection.recv_into(buffer, min(left, len(buffer)))
+                        if not got:
+                            raise ConnectionError(f"the sender closed with {left} bytes to come")
+                        left -= got
+                    connection.sendall(b"k")
+
+    def send() -> None:
+        enter(network.namespaces[src])
+        with socket.create_connection((network.addresses[dst], port), timeout=timeout_s) as connection:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            payload, times = bytes(nbytes), []
+            for _ in range(reps):
+                time.sleep(gap_s)
+                start = time.perf_counter()
+                connection.sendall(payload)
+                if connection.recv(1) != b"k":
+                    raise ConnectionError("no acknowledgement from the receiver")
+                times.append(time.perf_counter() - start)
+            os.write(result_w, json.dumps(times).encode())
+
+    receiver = _fork(receive)
+    os.close(ready_w)
+    try:
+        if os.read(ready_r, 1) != b"r":
+            raise RuntimeError("the receiver did not start listening")
+        sender = _fork(send)
+        os.close(result_w)
+        codes = [_wait(pid, timeout_s) for pid in (sender, receiver)]
+        if any(codes):
+            raise RuntimeError(f"the messages failed (sender, receiver exit codes {codes})")
+        return json.loads(os.read(result_r, 1 << 16).decode())
+    finally:
+        os.close(ready_r)
+        os.close(result_r)
+
+
 def _fork(work) -> int:
     """Run ``work()`` in a forked child that never returns into the caller; exit code 0 if it ran."""
     sys.stdout.flush()
@@ -284,11 +354,17 @@ def _wait(pid: int, timeout_s: float) -> int:
         time.sleep(0.02)
 
 
+def packet_bytes(rate_mbit: float) -> int:
+    """The largest packet the links send (their adapters' ``gso_max_size``): one Ethernet frame, or
+    0.1 ms at the rate where that is more (fewer packets for the cores to move at Gbit/s), at most a
+    full GSO segment."""
+    return min(65536, max(FRAME_BYTES, int(rate_mbit * 1e6 / 8 * 1e-4)))
+
+
 def _tbf(rate_mbit: float, burst_bytes: int | None, latency_ms: float) -> list[str]:
-    """A tbf's arguments: the bucket must hold a full GSO segment (64 KiB) and the rate's worth of
-    a timer tick, or the shaper cannot reach its rate."""
-    rate_bytes = rate_mbit * 1e6 / 8
-    burst = burst_bytes or max(65536, int(rate_bytes * 0.002))
+    """A tbf's arguments: a bucket of two packets or 0.5 ms at the rate, whichever is more (a smaller
+    one holds the link under its rate: one frame at 100 Mbit/s took 47.2 ms for 512 KiB, two 44.7)."""
+    burst = burst_bytes or max(2 * packet_bytes(rate_mbit), int(rate_mbit * 1e6 / 8 * 5e-4))
     return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", f"{latency_ms:g}ms"]
 
 

@@ -104,6 +104,20 @@ def test_shaped_rate():
     assert _mine() == []
 
 
+@needs_netns
+@pytest.mark.slow  # forks a sender and a receiver
+def test_a_message_after_idle_is_paced_at_the_rate():
+    """A tbf's full bucket passes at once: with the 64 KiB one a GSO segment needs, 32 KiB after 20 ms
+    of idle took 0.2 ms at 25 Mbit/s. With one-frame packets and a bucket of two, the link paces it."""
+    rate, nbytes = 25.0, 32768
+    alone = nbytes / (rate * 1e6 / 8 * netns.PAYLOAD_BYTES / netns.FRAME_BYTES)  # 10.96 ms
+    with netns.emulated(2, rate) as net:
+        times = sorted(netns.message_times(net, nbytes, gap_s=0.02, reps=8))
+    median = times[len(times) // 2]
+    assert 0.85 * alone < median < 1.3 * alone, f"{median * 1e3:.2f} ms for what the rate gives {alone * 1e3:.2f} ms"
+    assert _mine() == []
+
+
 RANKS = """
 import fcntl, json, socket, struct, sys
 import torch

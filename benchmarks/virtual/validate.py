@@ -229,12 +229,14 @@ def measure_machine(work: Path) -> dict:
 
 
 def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
-    """The virtual cluster's network for links of ``rate_mbit``: between nodes the configured rate
-    (tc's mbit: 10^6 bit/s) and the loopback's per-message latency (tbf adds no delay: no netem
-    here); inside a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
+    """The virtual cluster's network for links of ``rate_mbit``: between nodes the payload the
+    configured rate carries (tc's mbit: 10^6 bit/s, of which each full frame's 1514 bytes hold 1448
+    of TCP payload) and the loopback's per-message latency (tbf adds no delay: no netem here); inside
+    a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
     intra = network.Link(**machine["intra"])
-    inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=rate_mbit * 1e6 / 8)
-    source = "benchmarks/virtual/validate.py: the tbf rate of benchmarks/netns.py, the loopback's latency"
+    payload = rate_mbit * 1e6 / 8 * netns.PAYLOAD_BYTES / netns.FRAME_BYTES
+    inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=payload)
+    source = "benchmarks/virtual/validate.py: the TCP payload of benchmarks/netns.py's tbf rate, the loopback's latency"
     net = network.Network(
         f"emulated_{rate_mbit:g}mbit",
         intra,
