@@ -215,52 +215,8 @@ def measure(network: Network, megabytes: float = 20.0, src: int = 0, dst: int = 
     ``dst``; returns the payload rate in Mbit/s, from the first byte sent to the receiver's
     acknowledgement of the last. The payload rate is a few percent under the link's: tbf counts
     each packet's TCP/IP and Ethernet headers (66 of every 1514 bytes)."""
-    nbytes, port = int(megabytes * 1e6), 5201
-    ready_r, ready_w = os.pipe()
-    result_r, result_w = os.pipe()
-
-    def receive() -> None:
-        os.close(ready_r)
-        enter(network.namespaces[dst])
-        with socket.create_server((network.addresses[dst], port)) as server:
-            os.write(ready_w, b"r")
-            server.settimeout(timeout_s)
-            connection, _ = server.accept()
-            with connection:
-                connection.settimeout(timeout_s)
-                left, buffer = nbytes, bytearray(1 << 20)
-                while left > 0:
-                    got = connection.recv_into(buffer, min(left, len(buffer)))
-                    if not got:
-                        raise ConnectionError(f"the sender closed with {left} bytes to come")
-                    left -= got
-                connection.sendall(b"k")
-
-    def send() -> None:
-        enter(network.namespaces[src])
-        with socket.create_connection((network.addresses[dst], port), timeout=timeout_s) as connection:
-            payload = memoryview(bytes(1 << 20))
-            start, left = time.perf_counter(), nbytes
-            while left > 0:
-                left -= connection.send(payload[: min(left, len(payload))])
-            if connection.recv(1) != b"k":
-                raise ConnectionError("no acknowledgement from the receiver")
-            os.write(result_w, repr(time.perf_counter() - start).encode())
-
-    receiver = _fork(receive)
-    os.close(ready_w)
-    try:
-        if os.read(ready_r, 1) != b"r":
-            raise RuntimeError("the receiver did not start listening")
-        sender = _fork(send)
-        os.close(result_w)
-        codes = [_wait(pid, timeout_s) for pid in (sender, receiver)]
-        if any(codes):
-            raise RuntimeError(f"the transfer failed (sender, receiver exit codes {codes})")
-        elapsed = float(os.read(result_r, 64).decode())
-    finally:
-        os.close(ready_r)
-        os.close(result_r)
+    nbytes = int(megabytes * 1e6)
+    (elapsed,) = message_times(network, nbytes, gap_s=0.0, reps=1, src=src, dst=dst, timeout_s=timeout_s)
     return nbytes * 8 / elapsed / 1e6
 
 
@@ -271,7 +227,7 @@ def message_times(
     after ``gap_s`` of idle (as a message after a rank's compute); returns each one's seconds until
     the receiver's acknowledgement. A link of the network's rate takes ``nbytes`` over its payload
     rate whatever the gap: what a tbf's bucket would let through at once is the difference."""
-    port = 5202
+    port = 5201
     ready_r, ready_w = os.pipe()
     result_r, result_w = os.pipe()
 
