@@ -371,8 +371,10 @@ def model_error(network: str, errors: dict[str, tuple[float, int]]) -> str:
     |relative error| of the validation's test rows on that network (``benchmarks/virtual/validate.py``)."""
     if not network:
         return ""
+    if not errors:
+        return f"{network}: not validated here yet (python -m benchmarks.validate scores it)"
     if network not in errors:
-        return f"{network}: no test rows (python -m benchmarks.virtual.validate)"
+        return f"{network}: no test rows in the validation"
     error, rows = errors[network]
     return f"{network}: {error:.1%} geomean |error| over {rows} test rows"
 

@@ -777,3 +777,6 @@ def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_err
     assert wagma["the network model's error out of sample"] == "piz_daint: 20.0% geomean |error| over 2 test rows"
     daso = next(d for c, d in lines.items() if "Horovod" in c and "here 16 and 64" in c)  # the simulated one
     assert "juwels_booster_heat: no test rows" in daso["the network model's error out of sample"]
+    unvalidated = {line["claim"]: dict(line["details"]) for line in report.claim_lines(verdicts, {})}
+    wagma = next(d for c, d in unvalidated.items() if "Allreduce" in c)  # before any validation has run
+    assert wagma["the network model's error out of sample"].startswith("piz_daint: not validated here yet")
