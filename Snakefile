@@ -30,7 +30,7 @@ from benchmarks import config as run_config  # noqa: E402
 
 STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
 CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m benchmarks.virtual.calibrate), beside its .png
-VALIDATION = "results/tables/validation.csv"  # by hand (python -m benchmarks.virtual.validate)
+VALIDATION = "results/tables/validation.csv"  # by hand (python -m benchmarks.validate)
 
 # One controller per directory; a restart after a killed one continues (benchmarks/controller.py).
 # Not in the job steps a cluster executor starts: those read this file too.

@@ -56,7 +56,7 @@ FILES = {
     "dana": "tables/dana.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
-    "validation": "tables/validation.csv",  # python -m benchmarks.virtual.validate's, shown where present
+    "validation": "tables/validation.csv",  # python -m benchmarks.validate's, shown where present
     "calibration": "calibration/calibration.csv",  # python -m benchmarks.virtual.calibrate's, shown where present
     "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",

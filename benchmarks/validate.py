@@ -1,5 +1,6 @@
-"""``python -m benchmarks.validate``: the name the validation is asked for by; its code is
-``benchmarks.virtual.validate`` (the virtual cluster's package), which this runs unchanged."""
+"""``python -m benchmarks.validate``: the virtual cluster's validation out of sample, the command a
+user runs beside ``benchmarks.run``; its code lives with the model it scores, in
+``benchmarks/virtual/validate.py``."""
 
 import sys
 

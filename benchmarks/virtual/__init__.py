@@ -20,5 +20,5 @@ The package, one concern a module:
 - ``calibrate``: this machine's network and batch time, fitted, and the model against it
   (``python -m benchmarks.virtual.calibrate``);
 - ``validate``: the model against measurements it was not fitted to
-  (``python -m benchmarks.virtual.validate``).
+  (``python -m benchmarks.validate``).
 """

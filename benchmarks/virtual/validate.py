@@ -1,6 +1,6 @@
 """Validation: the virtual cluster's predictions against measurements, fit and test apart.
 
-    python -m benchmarks.virtual.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
+    python -m benchmarks.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
                                   [--work DIR] [--only SUBSTRING]
 
 A verdict at a paper's scale is only as good as the time model behind it, and a model is only
@@ -316,7 +316,7 @@ def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.virtual.validate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=Path, default=CASES)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")
