@@ -24,9 +24,10 @@ download, wandb online) cannot run there.
 full bucket pass at once, so after an idle moment (a rank's compute) a burst goes at memory speed:
 with the 64 KiB bucket that a GSO segment needs, a 32 KiB message after 20 ms idle took 0.2 ms at
 25 Mbit/s instead of 10.5. The links therefore send packets of at most ``packet_bytes(rate)`` (the
-adapters' ``gso_max_size``) through a bucket of two of them or 0.5 ms at the rate: a burst gains at
-most 1 ms (at 25 Mbit/s; 0.5 ms from 49 Mbit/s up), and every message is paced as a link of that rate paces it. It needs root
-and iproute2; ``available()`` says whether this machine allows it, and why not.
+adapters' ``gso_max_size``) through a bucket of two of them or 0.5 ms at the rate, whichever is
+more: a burst gains at most 1 ms (at 25 Mbit/s; 0.5 ms from 49 Mbit/s up), and every message is
+paced as a link of that rate paces it. It needs root and iproute2; ``available()`` says whether
+this machine allows it, and why not.
 
     with netns.emulated(nodes=2, rate_mbit=200) as net:
         launcher.run_locally(main, argv, cfg, network=net)
@@ -114,8 +115,8 @@ def emulated(
 ) -> Iterator[Network]:
     """A network of ``nodes`` namespaces, each node's link shaped to ``rate_mbit`` Mbit/s each way.
 
-    ``burst_bytes`` is the tbf's bucket (default: two of the links' packets, ``packet_bytes``);
-    ``latency_ms`` bounds the time a packet may wait in the tbf's queue (its queue
+    ``burst_bytes`` is the tbf's bucket (default: two of the links' packets, ``packet_bytes``, or
+    0.5 ms at the rate, whichever is more); ``latency_ms`` bounds the time a packet may wait in the tbf's queue (its queue
     length), not a delay. Everything made is removed on leaving, also on an exception or a signal.
     """
     if not 1 <= nodes <= MAX_NODES:
