@@ -72,6 +72,26 @@ def test_a_groups_collectives_queue_on_its_stream():
     assert job.run(2, 1, NET, body)[0] == [pytest.approx(one), pytest.approx(2 * one)]
 
 
+def test_a_collective_posted_ahead_starts_at_its_own_time():
+    """DDP's buckets are posted by ranks that run ahead (no switch at each bucket): each rank posts
+    an all-reduce at 1 s and another at 3 s, rank 0 both before rank 1 runs at all. The first ends
+    at 1 s + one all-reduce; the second, queued on the stream while the first was in flight, starts
+    at 3 s (not when the first ended) and ends at 3 s + one all-reduce."""
+    one = NET.ring_allreduce([0, 1], 1, 1e6)
+
+    def body(rank, cl):
+        job.init_process_group(rank, cl)
+        works = []
+        for t in (1.0, 3.0):
+            cl.scheduler.advance(t - cl.scheduler.now(), hand_on=False)
+            works.append(dist.all_reduce(torch.ones(MB), async_op=True))
+        for work in works:
+            work.wait()
+        return [work.ready() for work in works]  # when each ended (the rank's clock was at 3 s by then)
+
+    assert job.run(2, 1, NET, body) == [[pytest.approx(1 + one), pytest.approx(3 + one)]] * 2
+
+
 def test_a_ring_across_nodes_alone_costs_what_thakur_gives():
     """An all-reduce of n bytes over p ranks, alone: 2(p-1)/p n over the slowest link, plus 2(p-1)
     latencies (Thakur et al. 2005). One rank a node: the adapter's bandwidth. Four ranks a node and

@@ -76,13 +76,14 @@ class VirtualClock:
     def __call__(self) -> float:
         return self.scheduler.now()
 
-    def compute(self, until: float | None = None) -> None:
+    def compute(self, until: float | None = None, hand_on: bool = True) -> None:
         """Charge the batch's compute time: all of it that is left (the runner, after backward), or up
-        to the fraction ``until`` of it (DDP's buckets during backward, ``overlap_backward``)."""
+        to the fraction ``until`` of it (DDP's buckets during backward, ``overlap_backward``, which
+        runs ahead of the other ranks: ``hand_on=False``, see ``Scheduler.advance``)."""
         if self._batch_s is None:
             self._batch_s = self._draw()
         target = self._batch_s * (1.0 if until is None else min(until, 1.0))
-        self._compute(max(target - self._charged_s, 0.0))
+        self._compute(max(target - self._charged_s, 0.0), hand_on)
         self._charged_s = max(target, self._charged_s)
         if until is None:
             self._batch_s, self._charged_s = None, 0.0
@@ -123,7 +124,7 @@ class VirtualClock:
             works = []
             for chunk in message.chunk(max(1, math.ceil(scaled / cap))):
                 state["done"] += chunk.numel()
-                clock.compute(FORWARD_SHARE + (1.0 - FORWARD_SHARE) * min(state["done"] / total, 1.0))
+                clock.compute(FORWARD_SHARE + (1.0 - FORWARD_SHARE) * min(state["done"] / total, 1.0), hand_on=False)
                 works.append(dist.all_reduce(chunk, group=group, async_op=True))
             future = torch.futures.Future()
             state["pending"].append((works, future, flat, message))
@@ -215,11 +216,11 @@ class VirtualClock:
         MLPerf's and as the wall clock does)."""
         self._compute(FORWARD_SHARE * self.step_s * batches)
 
-    def _compute(self, seconds: float) -> None:
+    def _compute(self, seconds: float, hand_on: bool = True) -> None:
         """The calling thread computes for ``seconds``; its next communication pays ``sync_s``."""
         if seconds > 0:
             self.scheduler.me().computed = True
-        self.scheduler.advance(seconds)
+        self.scheduler.advance(seconds, hand_on)
 
     def size_messages(self, model: torch.nn.Module) -> None:
         """With ``sim_model_mb``, charge every message as if ``model`` had that many MB of parameters,

@@ -117,8 +117,11 @@ class Fabric:
         self._next: float | None = None  # the next event's time, while no flow changes
 
     def add(self, now: float, nbytes: float, links: dict[Hashable, int], latency: float = 0.0) -> Flow:
-        """A flow added at ``now`` (no earlier than any event not yet reached)."""
-        self.reach(now)
+        """A flow added at ``now``: no earlier than the time the fabric has reached, and possibly
+        later (a rank that runs ahead posts its collectives at their own times): until its start it
+        waits among the events, and the flows in flight move on as if it were not there."""
+        if now < self.now:
+            raise ValueError(f"a flow added at {now} s, before the time the network has reached ({self.now} s)")
         flow = Flow(nbytes, {link: m for link, m in links.items() if m > 0}, now + latency)
         self.links.index(flow)
         if nbytes <= 0 or not flow.links:

@@ -56,13 +56,15 @@ class Cluster:
         latency) on the group's stream: it starts once the group's earlier collectives are done, and
         ``done(flow)`` is called when the network has carried it."""
         queue = self.streams.setdefault(group, deque())
-        queue.append((transfer, extra, done))
+        queue.append((t, transfer, extra, done))
         if len(queue) == 1:
             self._start(group, t)
 
-    def _start(self, group: str, t: float) -> None:
-        transfer, extra, done = self.streams[group][0]
-        flow = self.fabric.add(t, transfer.nbytes, transfer.links, transfer.latency + extra)
+    def _start(self, group: str, free: float) -> None:
+        """Start the stream's first collective once the stream is ``free`` and its last member has
+        come (later, where that member ran ahead: ``Scheduler.advance``)."""
+        t, transfer, extra, done = self.streams[group][0]
+        flow = self.fabric.add(max(t, free), transfer.nbytes, transfer.links, transfer.latency + extra)
 
         def next_on_stream(flow) -> None:
             queue = self.streams[group]
