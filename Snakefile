@@ -264,6 +264,7 @@ rule figures:
         time_to_target=rules.tables.output.time_to_target,
         performance_ratios=rules.tables.output.performance_ratios,
         stragglers=rules.tables.output.stragglers,
+        claims=rules.tables.output.claims,
     output:
         png=[report(figure_paths(kind), caption=f"analysis/captions/{kind}.rst", category=title)
              for kind, title in naming.FIGURE_KINDS.items()],
@@ -275,7 +276,7 @@ rule figures:
     shell:
         "{PY} -m analysis.figures --runs {input.runs} --curves {input.curves}"
         " --time-to-target {input.time_to_target} --performance-ratios {input.performance_ratios}"
-        " --stragglers {input.stragglers} --figures {params.figures} > {log} 2>&1"
+        " --stragglers {input.stragglers} --claims {input.claims} --figures {params.figures} > {log} 2>&1"
 
 
 def present(*paths):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import cli, leaders, plotting, profile, scaling, stragglers, traces
+from analysis import claims, cli, leaders, plotting, profile, scaling, stragglers, traces
 from analysis.aggregate import CONDITION, INCOMPLETE, read_curves, read_runs
 from analysis.plotting import plt
 from analysis.tables import GROUP, converged, read_table
@@ -39,6 +39,7 @@ FILES = {
     "time_to_target": "tables/time_to_target.csv",
     "performance_ratios": "tables/performance_ratios.csv",
     "stragglers": "tables/stragglers.csv",
+    "claims": "tables/claims.csv",
     "figures": "figures",
 }
 
@@ -173,7 +174,8 @@ def write(files: dict) -> list[Path]:
     out = Path(files["figures"])
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
     groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
-    paths = leaders.plot_first_to_target(table, out, colours)
+    measures = leaders.claim_measures(claims.read(files["claims"]))
+    paths = leaders.plot_first_to_target(table, out, colours, measures)
     paths += plot_metric_vs_time(runs, curves, out, colours)
     paths += plot_metric_vs_time(runs, curves, out, colours, x="sent_mb")
     paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)

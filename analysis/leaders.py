@@ -6,7 +6,9 @@ time over the fastest one's, so 1 is the winner, with the median's 95 % interval
 bar's end: a bar whose line reaches the winner's is tied with it. Times are divided only within a
 workload, so simulated and wall-clock times never meet; the winner's own time is written beside its
 bar. A workload where no algorithm reached the target says so in its heading, so that every suite
-has a line and the reader sees at once where the comparison is still open.
+has a line and the reader sees at once where the comparison is still open; where the papers' claims
+use its runs for something else (steps per second, total time of a fixed number of epochs), it says
+that instead, since such runs are not meant to reach the target.
 """
 
 from __future__ import annotations
@@ -26,6 +28,23 @@ from benchmarks import naming
 WORKLOAD = ["suite", "task", "nodes", "procs_per_node", *CONDITION]
 TOP = 3
 ROW_IN = 0.27  # inches a bar or a heading takes
+# What a claim's quantity (analysis/papers/claims.yaml) measures of its runs, in a few words
+MEASURES = {"throughput_speedup": "steps per second", "speedup": "total time", "final_metric_above": "final metric"}
+
+
+def claim_measures(claims: pd.DataFrame) -> dict[str, str]:
+    """Per suite whose runs a claim compares (the claims table's ``suite``, :mod:`analysis.claims`),
+    what they measure there: "steps per second for 4 claims"."""
+    found: dict[str, dict[str, int]] = {}
+    for _, row in claims.iterrows():
+        for suite in str(row["suite"]).split(", ") if pd.notna(row["suite"]) and row["suite"] else []:
+            counts = found.setdefault(suite, {})
+            what = MEASURES.get(row["quantity"], str(row["quantity"]))
+            counts[what] = counts.get(what, 0) + 1
+    return {
+        suite: " and ".join(f"{what} for {n} claim{'s' * (n > 1)}" for what, n in counts.items())
+        for suite, counts in found.items()
+    }
 
 
 def leaders(table: pd.DataFrame, top: int = TOP) -> pd.DataFrame:
@@ -80,12 +99,16 @@ def _fit(text: matplotlib.text.Text, fig: plt.Figure) -> None:
         text.set_fontsize(text.get_fontsize() - 0.5)
 
 
-def plot_first_to_target(table: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
+def plot_first_to_target(
+    table: pd.DataFrame, out_dir: Path, colours: dict | None = None, measures: dict[str, str] | None = None
+) -> list[Path]:
     """Draw the opening figure of the report; returns its PNG and SVG paths.
 
     Each workload has a heading row across the figure's width, then a bar per leading algorithm, or a
-    row that says none reached the target.
+    row that says none reached the target, or, for a suite in ``measures`` (:func:`claim_measures`),
+    what the claims measure of its runs instead.
     """
+    measures = measures or {}
     stem = naming.figure_stem("first_to_target")
     shown = leaders(table)
     title = "Who reaches the target first"
@@ -107,6 +130,8 @@ def plot_first_to_target(table: pd.DataFrame, out_dir: Path, colours: dict | Non
         for _, row in rows.iterrows():
             if pd.isna(row["algorithm"]):
                 none = f"none reached the target ({row['k/n']} runs)"
+                if head["suite"] in measures:  # not meant to: the claims read something else of its runs
+                    none = f"no target: {measures[head['suite']]}"
                 ax.text(0.02 * right, y, none, va="center", color="#666666", backgroundcolor="white", zorder=3)
             else:
                 _bar(ax, y, row, colour.get(row["algorithm"], "grey"), head["clock"] == "simulated")

@@ -40,7 +40,20 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from analysis import aggregate, claims, cli, dana, figures, intervals, papers, profile, scaling, stragglers, tables
+from analysis import (
+    aggregate,
+    claims,
+    cli,
+    dana,
+    figures,
+    intervals,
+    leaders,
+    papers,
+    profile,
+    scaling,
+    stragglers,
+    tables,
+)
 from analysis.aggregate import CONDITION, INCOMPLETE
 from benchmarks import naming
 
@@ -100,9 +113,11 @@ def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
     }
 
 
-def summary_table(table: pd.DataFrame) -> pd.DataFrame:
+def summary_table(table: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
     """Per suite, task, node count and condition: the fastest algorithm to target, the algorithms
-    tied with it (their 95 % intervals of the median time overlap its), its speed-up over DDP."""
+    tied with it (their 95 % intervals of the median time overlap its), its speed-up over DDP. A
+    suite none of whose runs reached the target, and whose runs the claims read for something else
+    (``measures``, :func:`analysis.leaders.claim_measures`), says what instead."""
     rows = []
     keys = tables.GROUP + CONDITION
     for values, group in table.groupby(keys, sort=True):
@@ -118,7 +133,11 @@ def summary_table(table: pd.DataFrame) -> pd.DataFrame:
         if reached.empty:
             row.update(
                 {
-                    "fastest to target": "none reached the target",
+                    "fastest to target": (
+                        f"no target: {measures[key['suite']]}"
+                        if key["suite"] in (measures or {})
+                        else "none reached the target"
+                    ),
                     "tied with it": "",
                     "median time (s)": "—",
                     "converged (k/n)": "—",
@@ -509,7 +528,7 @@ def render(files: dict) -> Path:
     syncs = tables.read_table(files["global_syncs"])
     hardware = hardware_here(runs)
     problems = problem_runs(runs)
-    summary = summary_table(table)
+    summary = summary_table(table, leaders.claim_measures(verdicts))
     validated = Path(files["validation"]).is_file()
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),

@@ -27,6 +27,7 @@ from analysis import (
     claims,
     dana,
     figures,
+    leaders,
     papers,
     plotting,
     profile,
@@ -740,6 +741,37 @@ def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
     (summary,) = report.summary_table(table).to_dict("records")
     assert summary["fastest to target"] == "a" and summary["tied with it"] == "b"
     assert summary["median time (s)"] == "1.1 [1.0, 1.2]"
+
+
+def test_a_suite_the_claims_read_for_throughput_is_not_said_to_miss_its_target() -> None:
+    """A suite whose runs the claims compare by steps per second (wagma-claims-64: one epoch, never
+    meant to reach the target) says so in the summary, where another suite none of whose runs
+    reached the target still says that."""
+    verdicts = pd.DataFrame(
+        [
+            {"quantity": "throughput_speedup", "suite": "wagma-claims-64"},
+            {"quantity": "throughput_speedup", "suite": "wagma-claims-64, wagma-claims"},
+            {"quantity": "speedup", "suite": "wagma-claims-64"},
+            {"quantity": "speedup", "suite": ""},  # not measured: no suite
+        ]
+    )
+    measures = leaders.claim_measures(verdicts)
+    assert measures == {
+        "wagma-claims-64": "steps per second for 2 claims and total time for 1 claim",
+        "wagma-claims": "steps per second for 1 claim",
+    }
+    table = pd.DataFrame(
+        [
+            {"suite": suite, "task": "t", "nodes": 64, "procs_per_node": 1, "straggler": "none", "clock": "simulated",
+             "time_model": "m", "algorithm": "wagma", "k": 0, "k/n": "0/3", "tta_median_s": math.nan,
+             "tta_low_s": math.nan, "tta_high_s": math.nan, "speedup_vs_ddp": math.nan, "speedup_low": math.nan,
+             "speedup_high": math.nan}
+            for suite in ("other", "wagma-claims-64")
+        ]
+    )  # fmt: skip
+    summary = report.summary_table(table, measures).set_index("suite")["fastest to target"]
+    assert summary["other"] == "none reached the target"
+    assert summary["wagma-claims-64"] == "no target: steps per second for 2 claims and total time for 1 claim"
 
 
 def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
