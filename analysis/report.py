@@ -113,6 +113,21 @@ def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
     }
 
 
+# Columns that describe the rows rather than measure them: where one value holds for every row of a
+# suite's table, it is said once above the table instead of repeated in a column.
+DESCRIPTIVE = ["task", "nodes×procs", "stragglers", "clock", "failed/diverged/timeout", "incomplete"]
+
+
+def narrowed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``frame`` less its descriptive columns with one value in every row and its columns empty in
+    every row (an em dash), and a line that says what they held: a suite's table fits a window."""
+    same = {c: frame[c].iloc[0] for c in DESCRIPTIVE if c in frame and len(frame) > 1 and frame[c].nunique() == 1}
+    empty = [c for c in frame.columns if c not in same and len(frame) > 0 and (frame[c] == "—").all()]
+    parts = [f"Every row: {', '.join(f'{c} {v}' for c, v in same.items())}."] if same else []
+    parts += [f"Nothing to show in any row: {', '.join(empty)}."] if empty else []
+    return frame.drop(columns=[*same, *empty]), " ".join(parts)
+
+
 def summary_table(table: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
     """Per suite, task, node count and condition: the fastest algorithm to target, the algorithms
     tied with it (their 95 % intervals of the median time overlap its), its speed-up over DDP. A
@@ -269,10 +284,12 @@ def _suite(
     several_nodes = finished["nodes"].nunique() > 1  # one node count scales nothing: a sentence instead
     compared = stragglers.display(straggling)
     own_syncs = syncs[syncs["suite"] == suite]
+    narrow, same = narrowed(tables.display_table(table).drop(columns=["suite"]))
     return {
         "name": suite,
         "brief": _brief(finished, summary),
-        "table": cells(tables.display_table(table).drop(columns=["suite"])),
+        "table": cells(narrow),
+        "same": same,
         "metric_figures": [
             shown.get(
                 f"{suite}: {t} on {n}×{g} workers, median and min–max over seeds; dashed: target",

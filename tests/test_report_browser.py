@@ -156,6 +156,11 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
                 "Object.fromEntries(Array.from(document.querySelectorAll('details.suite'))"
                 ".map(d => [d.querySelector('h2').id, d.innerText]))"
             )
+            widths = page.evaluate(  # each suite's time-to-target table: its width, and the page's
+                "Array.from(document.querySelectorAll('details.suite'))"
+                ".map(d => [d.querySelector('h2').id, d.querySelector('h3 + p + div.table, h3 + p + p + div.table')"
+                ".scrollWidth, document.body.clientWidth])"
+            )
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
         finally:
@@ -178,6 +183,9 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     local = sections["suite-local"]
     assert "No run of this suite has stragglers" in local.split("Throughput with and without stragglers")[1]
     assert "nothing to scale" in sections["suite-local-stragglers"]  # one node count: a sentence, no figure
+    # A suite's time-to-target table fits the 1400-pixel window: what every row shares is said once.
+    assert all(table <= page_width for _, table, page_width in widths), widths
+    assert "Every row: task digits" in local
     # The first screen holds every claim's verdict, whole, without scrolling.
     assert len(verdicts) == len(claims.load())
     assert all(box["inView"] and box["text"] == "not measured" for box in verdicts), verdicts
