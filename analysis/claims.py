@@ -312,7 +312,7 @@ def measure(claim: Claim, runs: pd.DataFrame, requires: dict[str, object] | None
     row = {**by_nodes[best], "nodes": best, "suite": per_seed["suite"].iloc[0], "clock": per_seed["clock"].iloc[0]}
     if claim.up_to and len(by_nodes) > 1:
         others = ", ".join(f"{by_nodes[n]['value']:.2f} at {n} nodes" for n in sorted(by_nodes) if n != best)
-        row["why"] += f"; the best of {len(by_nodes)} node counts ({others})"
+        row["why"] += f"; the best of {len(by_nodes)} node counts, at {best} nodes (the others: {others})"
     if unfinished:
         row["why"] += f"; {unfinished} runs did not finish and are not counted"
     return {**row, "unfinished": unfinished}
