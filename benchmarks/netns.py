@@ -216,19 +216,56 @@ def measure(network: Network, megabytes: float = 20.0, src: int = 0, dst: int = 
     ``dst``; returns the payload rate in Mbit/s, from the first byte sent to the receiver's
     acknowledgement of the last. The payload rate is a few percent under the link's: tbf counts
     each packet's TCP/IP and Ethernet headers (66 of every 1514 bytes)."""
+    (rate,) = measure_flows(network, megabytes, 1, src, dst, timeout_s)
+    return rate
+
+
+def measure_flows(
+    network: Network, megabytes: float, flows: int, src: int = 0, dst: int = 1, timeout_s: float = 120.0
+) -> list[float]:
+    """``flows`` connections from node ``src`` to ``dst`` at once, each sending ``megabytes`` between
+    a process pair of its own (two ranks of a node sending to the other node at once, as D-PSGD's do);
+    returns each one's payload rate in Mbit/s. Sharing one link, together they get what one alone gets."""
     nbytes = int(megabytes * 1e6)
-    (elapsed,) = message_times(network, nbytes, gap_s=0.0, reps=1, src=src, dst=dst, timeout_s=timeout_s)
-    return nbytes * 8 / elapsed / 1e6
+    if flows == 1:
+        (elapsed,) = message_times(network, nbytes, gap_s=0.0, reps=1, src=src, dst=dst, timeout_s=timeout_s)
+        return [nbytes * 8 / elapsed / 1e6]
+    pipes = [os.pipe() for _ in range(flows)]
+
+    def one(i: int) -> None:
+        (elapsed,) = message_times(network, nbytes, 0.0, 1, src, dst, timeout_s, port=PORT + i)
+        os.write(pipes[i][1], json.dumps(elapsed).encode())
+
+    children = [_fork(lambda i=i: one(i)) for i in range(flows)]
+    for _, w in pipes:
+        os.close(w)
+    try:
+        codes = [_wait(pid, timeout_s) for pid in children]
+        if any(codes):
+            raise RuntimeError(f"the flows failed (exit codes {codes})")
+        return [nbytes * 8 / json.loads(os.read(r, 256).decode()) / 1e6 for r, _ in pipes]
+    finally:
+        for r, _ in pipes:
+            os.close(r)
+
+
+PORT = 5201  # the receivers' first port
 
 
 def message_times(
-    network: Network, nbytes: int, gap_s: float, reps: int = 12, src: int = 0, dst: int = 1, timeout_s: float = 120.0
+    network: Network,
+    nbytes: int,
+    gap_s: float,
+    reps: int = 12,
+    src: int = 0,
+    dst: int = 1,
+    timeout_s: float = 120.0,
+    port: int = PORT,
 ) -> list[float]:
     """Send ``reps`` messages of ``nbytes`` from node ``src`` to ``dst`` over one TCP connection, each
     after ``gap_s`` of idle (as a message after a rank's compute); returns each one's seconds until
     the receiver's acknowledgement. A link of the network's rate takes ``nbytes`` over its payload
     rate whatever the gap: what a tbf's bucket would let through at once is the difference."""
-    port = 5201
     ready_r, ready_w = os.pipe()
     result_r, result_w = os.pipe()
 
@@ -407,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     measure_ = commands.add_parser("measure", help="send data between 2 emulated nodes; print the rate")
     measure_.add_argument("--rate-mbit", type=float, default=200.0, help="the links' rate (default 200)")
     measure_.add_argument("--megabytes", type=float, default=20.0, help="how much to send (default 20 MB)")
+    measure_.add_argument("--flows", type=int, default=1, help="connections sending at once, each its own (default 1)")
     commands.add_parser("cleanup", help="remove namespaces left by processes that no longer run")
     args = parser.parse_args(argv)
     if args.command == "cleanup":
@@ -421,10 +459,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {reason}", file=sys.stderr)
         return 2
     with emulated(2, args.rate_mbit) as network:
-        rate = measure(network, args.megabytes)
+        rates = measure_flows(network, args.megabytes, args.flows)
         sent = tx_bytes(network.namespaces[0])
+    rate = len(rates) * min(rates)  # every byte over the time the last flow took
+    what = f"{args.megabytes:g} MB" if args.flows == 1 else f"{args.flows} x {args.megabytes:g} MB at once"
+    each = f" ({', '.join(f'{r:.1f}' for r in rates)} each)" if args.flows > 1 else ""
     print(
-        f"{args.megabytes:g} MB from node 0 to node 1: {rate:.1f} Mbit/s measured, {args.rate_mbit:g} Mbit/s "
+        f"{what} from node 0 to node 1: {rate:.1f} Mbit/s measured{each}, {args.rate_mbit:g} Mbit/s "
         f"configured ({rate / args.rate_mbit - 1:+.1%}); node 0's link sent {sent / 1e6:.1f} MB"
     )
     return 0

@@ -105,6 +105,21 @@ def test_shaped_rate():
 
 
 @needs_netns
+@pytest.mark.slow  # forks two senders and two receivers
+def test_two_flows_share_a_nodes_link():
+    """Two connections from node 0 to node 1 at once (D-PSGD's two ranks of a node, each sending to
+    the other node) get together what one alone gets, within 15 %, and each about half of it: the
+    sharing the virtual cluster charges (max-min over the node's link)."""
+    rate = 100.0
+    with netns.emulated(2, rate) as net:
+        each = netns.measure_flows(net, megabytes=8.0, flows=2)
+    together = 2 * min(each)
+    assert abs(together / rate - 1) < 0.15, f"{each} Mbit/s each on a {rate:g} Mbit/s link"
+    assert all(0.35 < r / rate < 0.65 for r in each), f"{each} Mbit/s each on a {rate:g} Mbit/s link"
+    assert _mine() == []
+
+
+@needs_netns
 @pytest.mark.slow  # forks a sender and a receiver
 def test_a_message_after_idle_is_paced_at_the_rate():
     """A tbf's full bucket passes at once: with the 64 KiB one a GSO segment needs, 32 KiB after 20 ms
