@@ -211,6 +211,9 @@ def tx_bytes(name: str, interface: str = INTERFACE) -> int:
     return int(link["stats64"]["tx"]["bytes"])
 
 
+PORT = 5201  # the receivers' first port
+
+
 def measure(network: Network, megabytes: float = 20.0, src: int = 0, dst: int = 1, timeout_s: float = 120.0) -> float:
     """Send ``megabytes`` over one TCP connection from a process in node ``src`` to one in node
     ``dst``; returns the payload rate in Mbit/s, from the first byte sent to the receiver's
@@ -227,9 +230,6 @@ def measure_flows(
     a process pair of its own (two ranks of a node sending to the other node at once, as D-PSGD's do);
     returns each one's payload rate in Mbit/s. Sharing one link, together they get what one alone gets."""
     nbytes = int(megabytes * 1e6)
-    if flows == 1:
-        (elapsed,) = message_times(network, nbytes, gap_s=0.0, reps=1, src=src, dst=dst, timeout_s=timeout_s)
-        return [nbytes * 8 / elapsed / 1e6]
     pipes = [os.pipe() for _ in range(flows)]
 
     def one(i: int) -> None:
@@ -247,9 +247,6 @@ def measure_flows(
     finally:
         for r, _ in pipes:
             os.close(r)
-
-
-PORT = 5201  # the receivers' first port
 
 
 def message_times(
