@@ -300,7 +300,7 @@ rule report:
         papers_yaml="analysis/papers/papers.yaml",
         figures=rules.figures.output.png,
         calibration=present(CALIBRATION, CALIBRATION.replace(".csv", ".png")),
-        validation=present(VALIDATION),
+        validation=present(VALIDATION, VALIDATION.replace(".csv", "_ratios.csv")),
         started=present(STARTED),
     output:
         "results/report.html",

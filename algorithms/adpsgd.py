@@ -62,6 +62,7 @@ class ADPSGD(Algorithm):
     overlaps_comm = True  # the exchanges run in the thread, beside the computation
     columns = ("exchanges",)
     tracks_spread = True  # the replicas drift apart between exchanges, as for the other gossip methods
+    family = "point-to-point"
     simulator = "virtual"
 
     def __init__(self, topology: Topology) -> None:

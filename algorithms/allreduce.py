@@ -33,6 +33,7 @@ class AllReduce(Algorithm):
             algo.step()
     """
 
+    family = "all-reduce"
     simulator = "virtual"
 
     def __init__(self, topology: Topology) -> None:

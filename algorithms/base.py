@@ -144,6 +144,10 @@ class Algorithm(abc.ABC):
     # on the virtual cluster's ranks: benchmarks/virtual/), "arrivals" (the parameter server's
     # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).
     simulator: ClassVar[str | None] = None
+    # How it communicates, for the validation's ratio errors by family: "all-reduce", "point-to-point"
+    # (gossip and butterflies of sends), "periodic averaging", "hierarchical" (node-local, then
+    # global), "parameter server" or "shared memory".
+    family: ClassVar[str] = ""
     columns: ClassVar[tuple[str, ...]] = ()  # its own metrics.csv columns; ``metrics()`` gives their values
 
     def __init__(self, topology: Topology) -> None:

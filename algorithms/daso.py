@@ -173,6 +173,7 @@ class DASO(Algorithm):
             algo.end_epoch(train_loss)
     """
 
+    family = "hierarchical"
     simulator = "virtual"
 
     def __init__(

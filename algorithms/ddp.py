@@ -72,6 +72,7 @@ class DDP(Algorithm):
 
     overlaps_comm = True
     broadcast_start = False  # the wrapper broadcasts the initial state itself
+    family = "all-reduce"
     simulator = "virtual"
 
     def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0) -> None:

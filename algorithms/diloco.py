@@ -45,6 +45,7 @@ class DiLoCo(Algorithm):
             algo.step()
     """
 
+    family = "periodic averaging"
     simulator = "virtual"
     tracks_spread = True
 

@@ -54,6 +54,7 @@ class DPSGD(Algorithm):
             algo.step()
     """
 
+    family = "point-to-point"
     simulator = "virtual"
 
     tracks_spread = True

@@ -83,6 +83,7 @@ class Horovod(Algorithm):
 
     overlaps_comm = True
     broadcast_start = False  # the wrapper broadcasts the initial state itself
+    family = "all-reduce"
     simulator = "virtual"
 
     def __init__(self, topology: Topology, *, fp16_compression: bool = False) -> None:

@@ -90,6 +90,7 @@ class LAPSGD(LoopAlgorithm):
     """
 
     sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
+    family = "shared memory"
     simulator = "virtual"  # its updaters as threads of the rank (hogwild.ThreadUpdaters)
     columns: tuple[str, ...] = ("rounds", "K")
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it

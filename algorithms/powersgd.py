@@ -53,6 +53,7 @@ class PowerSGD(DDP):
             algo.step()
     """
 
+    family = "all-reduce"
     simulator = "virtual"
 
     def __init__(

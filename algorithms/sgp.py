@@ -77,6 +77,7 @@ class SGP(Algorithm):
             algo.step()
     """
 
+    family = "point-to-point"
     simulator = "virtual"
 
     tracks_spread = True

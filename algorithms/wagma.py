@@ -91,6 +91,7 @@ class WAGMA(Algorithm):
     """
 
     tracks_spread = True
+    family = "point-to-point"
     simulator = "virtual"
 
     def __init__(

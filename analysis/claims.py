@@ -79,7 +79,7 @@ NOT_CONDITIONS = {"suite", "run_id", "out", "data_root", "wandb", "wandb_project
 COLUMNS = [
     "paper", "id", "claim", "source", "quantity", "paper_value", "value", "low", "high", "coverage", "verdict", "why",
     "seeds", "unfinished", "nodes", "network", "clock", "conditions", "setting", "experiment", "suite",
-    "sim_network",
+    "sim_network", "algorithm", "baseline",
 ]  # fmt: skip
 
 
@@ -330,7 +330,10 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
     with the inter-node link ``SENSITIVITY`` times as fast, where such runs exist."""
     row = {
         c: getattr(claim, c)
-        for c in ("paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment")
+        for c in (
+            "paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment",
+            "algorithm", "baseline",
+        )  # fmt: skip
     }
     row.update(measure(claim, runs))
     row["sim_network"] = claim.requires.get("sim_network", "") if claim.simulated else ""  # its validation's key

@@ -402,20 +402,46 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def model_error(network: str, errors: dict[str, tuple[float, int]]) -> str:
-    """What a simulated claim's verdict rests on: its network model's out-of-sample error, the geomean
-    |relative error| of the validation's test rows on that network (``benchmarks/virtual/validate.py``)."""
+def ratios_path(validation: Path | str) -> Path:
+    """The validation's ratio table, beside its table of cases (``benchmarks.validate`` writes both)."""
+    validation = Path(validation)
+    return validation.with_name(f"{validation.stem}_ratios.csv")
+
+
+def model_error(
+    network: str,
+    errors: dict[str, tuple[float, int]],
+    pair: tuple[str, str] = ("", ""),
+    ratios: pd.DataFrame | None = None,
+) -> str:
+    """What a simulated claim's verdict rests on: the out-of-sample error of the speed-up it reads,
+    its own (algorithm, baseline) pair on its network (``validation_ratios.csv``), then its network's
+    geomean |relative error| of times. A verdict is a ratio: the two algorithms' errors add there, where
+    a geomean of times lets them cancel; a pair with no test ratio has a baseline nothing validates."""
     if not network:
         return ""
     if not errors:
         return f"{network}: not validated here yet (python -m benchmarks.validate scores it)"
-    if network not in errors:
-        return f"{network}: no test rows in the validation"
-    error, rows = errors[network]
-    return f"{network}: {error:.1%} geomean |error| over {rows} test rows"
+    times = (
+        f"{network}'s times: {errors[network][0]:.1%} geomean |error| over {errors[network][1]} test rows"
+        if network in errors
+        else f"{network}: no test rows in the validation"
+    )
+    algorithm, baseline = pair
+    if ratios is None or not algorithm:
+        return times
+    mine = ratios[(ratios["network"] == network) & (ratios["algorithm"] == algorithm) & (ratios["baseline"] == baseline)]
+    tested = mine[mine["role"] == "test"]
+    if tested.empty:
+        fitted = f" (fit only: {', '.join(mine['ratio'])})" if not mine.empty else ""
+        return f"{algorithm} over {baseline}: no test ratio on {network}{fitted}, the verdict's pair is not validated; {times}"
+    each = ", ".join(f"{r.relative_error:+.1%} ({r.ratio})" for r in tested.itertuples())
+    return f"{algorithm} over {baseline} on {network}: {each}; {times}"
 
 
-def claim_lines(verdicts: pd.DataFrame, errors: dict[str, tuple[float, int]] | None = None) -> list[dict]:
+def claim_lines(
+    verdicts: pd.DataFrame, errors: dict[str, tuple[float, int]] | None = None, ratios: pd.DataFrame | None = None
+) -> list[dict]:
     """The claims as the report's first screen: per claim one line (its paper, the claim, the verdict
     and a CSS class for its badge, this suite's value beside the paper's) and the details a click
     away (the interval and its coverage, why, the verdict with the inter-node link at half and twice
@@ -442,7 +468,12 @@ def claim_lines(verdicts: pd.DataFrame, errors: dict[str, tuple[float, int]] | N
             ("this suite [interval]", value(row, interval=True)),
             ("verdict", f"{row['verdict']} ({row['why']})" if row["why"] else row["verdict"]),
             ("inter-node link ½× and 2×", row["network"]),
-            ("the network model's error out of sample", model_error(row.get("sim_network", ""), errors or {})),
+            (
+                "the model's error out of sample",
+                model_error(
+                    row.get("sim_network", ""), errors or {}, (row.get("algorithm", ""), row.get("baseline", "")), ratios
+                ),
+            ),
             ("conditions", where(row)),
         ]
         lines.append(
@@ -471,7 +502,9 @@ def validation_errors(rows: pd.DataFrame) -> dict[str, tuple[float, int]]:
 
 def validation_section(path: Path) -> dict | None:
     """The virtual cluster against measurements it was not fitted to (``benchmarks/virtual/validate.py``'s
-    table): per network the geomean |error| of the test rows, then every row; None where not run."""
+    tables): the speed-ups' errors per network and family first (what a verdict reads), then per
+    network the geomean |error| of the test rows' times, then every ratio and every row; None where
+    not run."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -484,7 +517,37 @@ def validation_section(path: Path) -> dict | None:
     if "unit" in rows:
         shown.insert(6, "unit", rows["unit"])
     summary = "; ".join(f"{net} {e:.1%} over {n} test rows" for net, (e, n) in sorted(errors.items()))
-    return {"summary": summary or "no test rows", "table": cells(shown)}
+    section = {"summary": summary or "no test rows", "table": cells(shown), "ratio_summary": None, "ratios": None}
+    if ratios_path(path).is_file():
+        ratios = pd.read_csv(ratios_path(path))
+        section["ratio_summary"] = cells(ratio_summary(ratios))
+        listed = ratios[["ratio", "network", "family", "role", "measured", "predicted", "relative_error"]].copy()
+        listed["relative_error"] = listed["relative_error"].map(lambda e: f"{e:+.1%}")
+        for column in ("measured", "predicted"):
+            listed[column] = listed[column].map(lambda v: f"{v:.3f}×")
+        section["ratios"] = cells(listed)
+    return section
+
+
+def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
+    """Per network and family, the test speed-ups' count, geomean and largest |error| (and where)."""
+    tested = ratios[ratios["role"] == "test"].copy()
+    tested["abs"] = tested["relative_error"].abs()
+    rows = []
+    for (net, family), g in tested.groupby(["network", "family"]):
+        worst = g.loc[g["abs"].idxmax()]
+        geomean = float(np.exp(np.log(np.maximum(g["abs"], 1e-12)).mean()))
+        rows.append(
+            {
+                "network": net,
+                "family": family,
+                "test ratios": len(g),
+                "geomean |error|": f"{geomean:.1%}",
+                "largest |error|": f"{worst['relative_error']:+.1%}",
+                "largest at": worst["ratio"],
+            }
+        )
+    return pd.DataFrame(rows, columns=["network", "family", "test ratios", "geomean |error|", "largest |error|", "largest at"])
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -562,7 +625,11 @@ def render(files: dict) -> Path:
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
         contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
-        claims=claim_lines(verdicts, validation_errors(pd.read_csv(files["validation"])) if validated else {}),
+        claims=claim_lines(
+            verdicts,
+            validation_errors(pd.read_csv(files["validation"])) if validated else {},
+            pd.read_csv(ratios_path(files["validation"])) if ratios_path(files["validation"]).is_file() else None,
+        ),
         first_figure=shown.get(
             "Who reaches the target first on each workload: the three fastest by median time to target, "
             "over the fastest's, with the 95 % interval of the median",

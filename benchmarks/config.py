@@ -45,6 +45,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
         float,
         0.0,
     ),  # wall, local, root: each node's ranks share one link of this rate (benchmarks/netns.py); 0: loopback
+    "link_queue_ms": (float, 50.0),  # link_mbit: the longest a packet may wait in a link's queue (its FIFO's depth)
     "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual/, or simulator.py for the PS family)
     "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
     "sim_step_source": (
@@ -67,7 +68,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
 # job, and the virtual cluster's and the simulator's waits have no timeout to set.
 CLOCK_ONLY: dict[str, set[str]] = {
     "simulated": {k for k in SETTINGS if k.startswith("sim_")},
-    "wall": {"collective_timeout_s", "link_mbit"},
+    "wall": {"collective_timeout_s", "link_mbit", "link_queue_ms"},
 }
 
 
@@ -377,6 +378,8 @@ def _check_values(config: RunConfig) -> None:
             network.load(s["sim_network"])
         except ValueError as error:
             raise ConfigError(f"--set sim_network: {error}") from None
+    if s["link_queue_ms"] <= 0:
+        raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s['link_queue_ms']} (default 50)")
     if s["link_mbit"] < 0:
         raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s['link_mbit']}")
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.

@@ -481,7 +481,7 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
     cfg.out.mkdir(parents=True, exist_ok=True)
     before = _stamp(cfg.out / "summary.json")
     made = (
-        netns.for_run(cfg.nodes, cfg.settings.get("link_mbit", 0.0))
+        netns.for_run(cfg.nodes, cfg.settings.get("link_mbit", 0.0), cfg.settings.get("link_queue_ms", 50.0))
         if network is None
         else contextlib.nullcontext(network)
     )

@@ -155,10 +155,10 @@ def emulated(
         _unregister(group)
 
 
-def for_run(nodes: int, rate_mbit: float) -> contextlib.AbstractContextManager[Network | None]:
-    """A run's network: ``emulated(nodes, rate_mbit)`` for a positive rate (the ``link_mbit`` run
-    setting), else None, the machine's own loopback."""
-    return emulated(nodes, rate_mbit) if rate_mbit > 0 else contextlib.nullcontext()
+def for_run(nodes: int, rate_mbit: float, queue_ms: float = 50.0) -> contextlib.AbstractContextManager[Network | None]:
+    """A run's network: ``emulated(nodes, rate_mbit, latency_ms=queue_ms)`` for a positive rate (the
+    ``link_mbit`` and ``link_queue_ms`` run settings), else None, the machine's own loopback."""
+    return emulated(nodes, rate_mbit, latency_ms=queue_ms) if rate_mbit > 0 else contextlib.nullcontext()
 
 
 def enter(name: str) -> None:

@@ -804,11 +804,25 @@ def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_err
     assert report.validation_section(tmp_path / "absent.csv") is None
     verdicts = claims.table(pd.DataFrame(), claims.load())
     verdicts["sim_network"] = verdicts["sim_network"].fillna("")
+    key = "the model's error out of sample"
     lines = {line["claim"]: dict(line["details"]) for line in report.claim_lines(verdicts, errors)}
     wagma = next(d for c, d in lines.items() if "Allreduce" in c)
-    assert wagma["the network model's error out of sample"] == "piz_daint: 20.0% geomean |error| over 2 test rows"
+    assert wagma[key] == "piz_daint's times: 20.0% geomean |error| over 2 test rows"
     daso = next(d for c, d in lines.items() if "Horovod" in c and "here 16 and 64" in c)  # the simulated one
-    assert "juwels_booster_heat: no test rows" in daso["the network model's error out of sample"]
+    assert "juwels_booster_heat: no test rows" in daso[key]
+    # With the ratio table: the claim's own pair first (test rows only), else that its pair has none.
+    ratios = pd.DataFrame(
+        [
+            dict(ratio="f4", network="piz_daint", algorithm="wagma", baseline="allreduce", role="test", relative_error=0.12),
+            dict(ratio="f5", network="piz_daint", algorithm="wagma", baseline="allreduce", role="fit", relative_error=0.5),
+            dict(ratio="d", network="piz_daint", algorithm="wagma", baseline="dpsgd", role="fit", relative_error=0.02),
+        ]
+    )
+    lines = {line["claim"]: dict(line["details"]) for line in report.claim_lines(verdicts, errors, ratios)}
+    wagma = next(d for c, d in lines.items() if "Allreduce" in c)
+    assert wagma[key].startswith("wagma over allreduce on piz_daint: +12.0% (f4); piz_daint's times: 20.0%")
+    dpsgd = next(d for c, d in lines.items() if "1.23x the steps per second of D-PSGD" in c)
+    assert "no test ratio on piz_daint (fit only: d)" in dpsgd[key]
     unvalidated = {line["claim"]: dict(line["details"]) for line in report.claim_lines(verdicts, {})}
     wagma = next(d for c, d in unvalidated.items() if "Allreduce" in c)  # before any validation has run
-    assert wagma["the network model's error out of sample"].startswith("piz_daint: not validated here yet")
+    assert wagma[key].startswith("piz_daint: not validated here yet")

@@ -93,7 +93,7 @@ def test_a_setting_the_runs_clock_ignores_is_refused_naming_the_clock_it_needs(t
     for clock, key in (("simulated", "sim_network=piz_daint"), ("wall", "collective_timeout_s=60")):
         config.resolve("ddp", "digits", 1, 2, 0, tmp_path, [f"clock={clock}", key])
     assert config.ignored_settings("wall") == {k for k in config.SETTINGS if k.startswith("sim_")}
-    assert config.ignored_settings("simulated") == {"collective_timeout_s", "link_mbit"}
+    assert config.ignored_settings("simulated") == {"collective_timeout_s", "link_mbit", "link_queue_ms"}
 
 
 def _two_clocks(top: dict[str, object], wall: dict[str, object], simulated: dict[str, object]) -> dict[str, object]:

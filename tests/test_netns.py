@@ -220,6 +220,8 @@ def test_the_link_mbit_setting_is_refused_where_it_cannot_work(monkeypatch):
         config.resolve(**args, overrides=["link_mbit=-1"])
     with pytest.raises(config.ConfigError, match="link_mbit"):
         config.resolve(**args, overrides=["link_mbit=10", "clock=simulated"])
+    with pytest.raises(config.ConfigError, match="link_queue_ms: a queue must hold something"):
+        config.resolve(**args, overrides=["link_mbit=10", "link_queue_ms=0"])
     monkeypatch.setattr(netns, "available", lambda: (False, "emulated networks need root (ip netns, tc)"))
     cfg = config.resolve(**args, overrides=["link_mbit=10", "device=cpu"])
     with pytest.raises(config.ConfigError, match=r"no emulated network here \(emulated networks need root"):

@@ -125,6 +125,88 @@ def test_the_geomean_per_network_scores_test_rows_only(tmp_path):
     assert validate.geomean_by_network(path) == pytest.approx({"x": 0.3, "y": 0.02})
 
 
+def _case(name: str, algorithm: str, quantity: str = "emulated_step", role: str = "test", **knobs) -> dict:
+    run = {"algorithm": algorithm, "task": "digits", "nodes": 2, "procs_per_node": 2, "set": knobs}
+    return {"case": name, "source": "s", "network": "n", "quantity": quantity, "unit": "ms", "role": role, "run": run}
+
+
+def test_a_ratio_is_the_baselines_time_over_the_algorithms_with_its_error_and_role():
+    """Numbers by hand: allreduce 10 ms measured, 12 predicted (+20 %); wagma 8 ms measured, 6
+    predicted (-25 %). Times alone, the two errors' geomean is sqrt(0.2 x 0.25) = 22 %; the speed-up
+    is 10/8 = 1.25 measured, 12/6 = 2.0 predicted: +60 %, the two errors compounded (1.2 / 0.75 = 1.6)."""
+    cases = [
+        _case("emu-allreduce-50", "allreduce"),
+        _case("emu-wagma-50", "wagma"),
+        _case("emu-dpsgd-50", "dpsgd", role="fit"),
+        _case("emu-wagma-25", "wagma"),  # no allreduce at 25: no pair
+    ]
+    rows = {
+        "emu-allreduce-50": {"measured": 10.0, "predicted": 12.0, "role": "test"},
+        "emu-wagma-50": {"measured": 8.0, "predicted": 6.0, "role": "test"},
+        "emu-dpsgd-50": {"measured": 20.0, "predicted": 20.0, "role": "fit"},
+        "emu-wagma-25": {"measured": 9.0, "predicted": 9.0, "role": "test"},
+    }
+    rules = [{"case": r"emu-(?P<alg>[a-z]+)-(?P<rate>\d+)", "baseline": "emu-allreduce-{rate}"}]
+    ratios = {r["ratio"]: r for r in validate.ratio_rows(cases, rows, rules)}
+    assert set(ratios) == {"emu-wagma-50 over emu-allreduce-50", "emu-dpsgd-50 over emu-allreduce-50"}
+    wagma = ratios["emu-wagma-50 over emu-allreduce-50"]
+    assert (wagma["measured"], wagma["predicted"]) == (pytest.approx(1.25), pytest.approx(2.0))
+    assert wagma["relative_error"] == pytest.approx(0.6)
+    assert (wagma["algorithm"], wagma["baseline"], wagma["family"], wagma["role"]) == (
+        "wagma", "allreduce", "point-to-point", "test"
+    )  # fmt: skip
+    assert ratios["emu-dpsgd-50 over emu-allreduce-50"]["role"] == "fit"  # a fit case fits its ratios too
+    summary = validate.ratio_summary(list(ratios.values()))
+    assert summary == [
+        {
+            "network": "n",
+            "family": "point-to-point",
+            "test_ratios": 1,
+            "geomean_abs_error": pytest.approx(0.6),
+            "largest_abs_error": pytest.approx(0.6),
+            "largest": "emu-wagma-50 over emu-allreduce-50",
+        }
+    ]
+
+
+def test_a_throughput_ratio_and_a_published_speedup_keep_their_direction():
+    """steps/s: the case's over the baseline's (3 over 2 = 1.5 measured, 3.3 over 2 = 1.65, +10 %);
+    a published speed-up case is a ratio already and passes as it is; DASO's label holds B and S."""
+    cases = [
+        _case("fast", "wagma", quantity="steps_per_s"),
+        _case("slow", "sgp", quantity="steps_per_s"),
+        {**_case("t2-b4", "daso", quantity="time", max_global_skips=4, batches_to_wait=1), "baseline": {}},
+        {**_case("fig", "wagma", quantity="speedup"), "baseline": {"algorithm": "local_sgd"}},
+    ]
+    rows = {
+        "fast": {"measured": 3.0, "predicted": 3.3, "role": "test"},
+        "slow": {"measured": 2.0, "predicted": 2.0, "role": "test"},
+        "fig": {"measured": 1.25, "predicted": 1.5, "role": "fit"},
+    }
+    ratios = validate.ratio_rows(cases, rows, [{"case": "fast", "baseline": "slow"}])
+    assert [(r["ratio"], r["baseline"], r["role"]) for r in ratios] == [
+        ("fig", "local_sgd", "fit"),
+        ("fast over slow", "sgp", "test"),
+    ]
+    assert ratios[1]["relative_error"] == pytest.approx(0.1)
+    assert validate.algorithm_of(cases[2]["run"]) == "daso B=4 S=1"
+
+
+def test_every_ratio_rule_of_the_case_file_pairs_cases_and_a_rule_that_pairs_none_is_refused():
+    cases, _ = validate.load()
+    found = validate.pairs(cases, validate.ratio_rules())
+    names = {f"{a['case']} over {b['case']}" for a, b in found}
+    assert "emulated-wagma-50mbit over emulated-allreduce-50mbit" in names
+    assert "daso-t2-128gpu-B4-S1 over daso-t2-32gpu-B4-S1" in names
+    assert "wagma-balanced-wagma over wagma-balanced-sgp" in names
+    with pytest.raises(ValueError, match="pairs no two cases"):
+        validate.pairs(cases, [{"case": "emulated-nothing", "baseline": "x"}])
+
+
+def test_every_registered_algorithm_names_its_family():
+    assert all(algorithms.get(name).family for name in algorithms.names())
+
+
 @pytest.mark.slow  # runs (through the runner, in this process): not the quick subset's
 def test_a_simulated_case_runs_end_to_end(tmp_path):
     """One published-style case through the command: a 2 x 2 allreduce run on the virtual cluster,
@@ -156,7 +238,7 @@ def test_an_emulated_case_is_measured_behind_its_link_and_predicted(tmp_path):
     run["set"] = {"epochs": 2, "evals_per_epoch": 1}
     case = {"case": "emu", "source": "here", "network": "emulated", "quantity": "emulated_step", "unit": "ms"}
     case |= {"rate_mbit": 25, "role": "test", "run": run}
-    machine = {"intra": {"latency_s": 1e-3, "bandwidth_bps": 1e9}, "sync_s": 0.0, "skips": True, "step_ms": 7.0}
+    machine = {4: {"intra": {"latency_s": 1e-3, "bandwidth_bps": 1e9}, "sync_s": 0.0, "skips": True, "step_ms": 7.0}}
     row = validate.evaluate(case, tmp_path, machine)
     floor_ms = 1.5 * 174_664 / (25e6 / 8) * 1e3
     assert row["measured"] > 0.8 * floor_ms and row["predicted"] > floor_ms

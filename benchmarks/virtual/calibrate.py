@@ -72,19 +72,19 @@ TESTED = ["horovod", "powersgd", "diloco"]
 PREDICTED = [*FITTED, *TESTED]
 
 
-def _init(rank: int, store: str) -> None:
-    torch.set_num_threads(tasks.cpu_share(RANKS))
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=RANKS)
+def _init(rank: int, store: str, ranks: int) -> None:
+    torch.set_num_threads(tasks.cpu_share(ranks))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=ranks)
 
 
-def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
-    """Two times per size, on all 4 ranks at once: an all-reduce back to back with the next (the
+def _allreduce_times(rank: int, store: str, result: str, ranks: int, reps: int) -> None:
+    """Two times per size, on all ``ranks`` ranks at once: an all-reduce back to back with the next (the
     link's own cost), and what it adds to a training iteration (a batch then the all-reduce, less
     the batch alone). They differ by the wait for the ranks whose batch the OS ran last on the
     shared cores: several ms for any size, where the link's own cost is a fraction of one. Timing
     the all-reduce call after a batch alone would count that wait beside the batch time
     (``measure_batch``: 4 runs at once), which holds it already."""
-    _init(rank, store)
+    _init(rank, store, ranks)
     task = tasks.get("digits")
     model = task.make_model()
     train_set, _ = task.make_datasets(None)
@@ -100,7 +100,7 @@ def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
                 dist.all_reduce(x)
         seconds = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64)
         dist.all_reduce(seconds)
-        return seconds.item() / RANKS
+        return seconds.item() / ranks
 
     def back_to_back_s(x: torch.Tensor) -> float:
         """Seconds per all-reduce over ``reps`` in a row, the mean over the ranks."""
@@ -110,7 +110,7 @@ def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
             dist.all_reduce(x)
         seconds = torch.tensor([(time.perf_counter() - start) / reps], dtype=torch.float64)
         dist.all_reduce(seconds)
-        return seconds.item() / RANKS
+        return seconds.item() / ranks
 
     batch_s = statistics.median(iteration_s(None) for _ in range(3))
     alone, added = [], []
@@ -125,10 +125,10 @@ def _allreduce_times(rank: int, store: str, result: str, reps: int) -> None:
     dist.destroy_process_group()
 
 
-def _spawn(fn, *args) -> object:
+def _spawn(fn, ranks: int, *args) -> object:
     with tempfile.TemporaryDirectory() as tmp:
         store, result = os.path.join(tmp, "store"), os.path.join(tmp, "result.json")
-        mp.start_processes(fn, args=(store, result, *args), nprocs=RANKS, start_method="fork")
+        mp.start_processes(fn, args=(store, result, ranks, *args), nprocs=ranks, start_method="fork")
         return json.loads(Path(result).read_text())
 
 
@@ -140,15 +140,15 @@ def fit_ring(nbytes: list[float], seconds: list[float], ranks: int) -> network.L
     return network.Link(latency_s=float(max(intercept, 0.0) / steps), bandwidth_bps=float(steps / (ranks * slope)))
 
 
-def measure_network(reps: int = 60) -> tuple[network.Network, dict[str, list[float]]]:
+def measure_network(reps: int = 60, ranks: int = RANKS) -> tuple[network.Network, dict[str, list[float]]]:
     """This machine's link, fitted to the ring all-reduce (``t(n) = 2(p-1) alpha + 2(p-1)/p n / beta``)
-    on back-to-back all-reduces, and its ``sync_s``: the median over the sizes of what an all-reduce
-    adds to a training iteration beyond its back-to-back time."""
-    times = _spawn(_allreduce_times, reps)
+    on back-to-back all-reduces among ``ranks`` processes, and its ``sync_s``: the median over the
+    sizes of what an all-reduce adds to a training iteration beyond its back-to-back time."""
+    times = _spawn(_allreduce_times, ranks, reps)
     alone, added = times["back_to_back_s"], times["added_to_iteration_s"]
-    link = fit_ring([4 * n for n in SIZES], alone, RANKS)
+    link = fit_ring([4 * n for n in SIZES], alone, ranks)
     sync_s = max(statistics.median(a - b for a, b in zip(added, alone)), 0.0)
-    where = f"{RANKS} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, median of 3 means of {reps}"
+    where = f"{ranks} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, median of 3 means of {reps}"
     source = f"gloo all-reduces back to back among {where}, least squares on the ring model (benchmarks/virtual/calibrate.py)"
     sync = (
         f"what the same all-reduces add to a training iteration (a batch then the all-reduce, less the batch "
@@ -166,10 +166,11 @@ def measure_network(reps: int = 60) -> tuple[network.Network, dict[str, list[flo
     return net, times
 
 
-def measure_batch(epochs: tuple[int, int] = (2, 8)) -> float:
-    """Seconds of one training step of the runner on this machine while 4 ranks share its cores:
-    4 single-process runs at once (allreduce on 1 x 1: no communication), the difference between
-    runs ``epochs`` apart over the steps it adds (start-up and the one evaluation cancel)."""
+def measure_batch(epochs: tuple[int, int] = (2, 8), ranks: int = RANKS) -> float:
+    """Seconds of one training step of the runner on this machine while ``ranks`` ranks share its
+    cores: ``ranks`` single-process runs at once (allreduce on 1 x 1: no communication), the
+    difference between runs ``epochs`` apart over the steps it adds (start-up and the one evaluation
+    cancel)."""
     walls: dict[int, list[float]] = {}
     steps = 0
     for e in epochs:
@@ -177,7 +178,7 @@ def measure_batch(epochs: tuple[int, int] = (2, 8)) -> float:
             argv = [sys.executable, "-m", "benchmarks.run", "--algorithm", "allreduce", "--task", "digits"]
             argv += ["--nodes", "1", "--procs-per-node", "1", "--set", "wandb=false", "--set", f"epochs={e}"]
             argv += ["--set", f"eval_every={e}", "--set", "checkpoint_every=0", "--set", "threads=1"]
-            outs = [Path(tmp) / str(i) for i in range(RANKS)]
+            outs = [Path(tmp) / str(i) for i in range(ranks)]
             procs = [
                 subprocess.Popen([*argv, "--seed", str(i), "--out", str(out)], cwd=ROOT, stderr=subprocess.DEVNULL)
                 for i, out in enumerate(outs)

@@ -1,7 +1,7 @@
 """Validation: the virtual cluster's predictions against measurements, fit and test apart.
 
     python -m benchmarks.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
-                                  [--work DIR] [--only SUBSTRING]
+                                  [--work DIR] [--only REGEX] [--ratios-only]
 
 A verdict at a paper's scale is only as good as the time model behind it, and a model is only
 checked by a number it was not fitted to. Each case of the case file (``analysis/papers/validation.yaml``)
@@ -36,6 +36,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+import algorithms
 from benchmarks import config, netns, run, tasks
 from benchmarks.virtual import calibrate, job, network
 from benchmarks.virtual.clock import FORWARD_SHARE
@@ -93,6 +95,15 @@ def load(path: Path = CASES) -> tuple[list[dict], list[dict]]:
     return cases, left_out
 
 
+def ratio_rules(path: Path = CASES) -> list[dict]:
+    """The case file's ``ratios``: which pairs of cases give the speed-ups the claims read."""
+    rules = yaml.safe_load(Path(path).read_text()).get("ratios", [])
+    for rule in rules:
+        if set(rule) != {"case", "baseline"}:
+            raise ValueError(f"ratio rule {rule}: it names a case pattern and a baseline pattern, nothing else")
+    return rules
+
+
 def relative_error(measured: float, predicted: float) -> float:
     """Signed: the prediction over the measurement, less 1 (+0.1 predicts 10 % too high)."""
     return predicted / measured - 1.0
@@ -117,6 +128,122 @@ def geomean_by_network(rows: list[dict] | Path | str = OUT) -> dict[str, float]:
         if r["role"] == "test" and r["relative_error"] not in ("", None):
             errors.setdefault(r["network"], []).append(float(r["relative_error"]))
     return {net: geomean_abs(e) for net, e in errors.items()}
+
+
+# -- the ratios ---------------------------------------------------------------------------------
+
+RATIO_COLUMNS = [
+    "ratio", "network", "algorithm", "baseline", "family", "measured", "predicted", "relative_error", "role", "source",
+]  # fmt: skip
+TIMES = ("time", "emulated_step")  # a smaller number is faster; steps_per_s: a larger one
+
+
+def algorithm_of(spec: dict) -> str:
+    """The label of a run in a ratio: its algorithm, with DASO's fixed (B, S) where a case sets them."""
+    knobs = spec.get("set", {})
+    if spec["algorithm"] == "daso" and "max_global_skips" in knobs:
+        return f"daso B={knobs['max_global_skips']} S={knobs.get('batches_to_wait', 0)}"
+    return spec["algorithm"]
+
+
+def family_of(name: str) -> str:
+    """How an algorithm communicates (``Algorithm.family``): the ratio errors are summarised by it."""
+    return algorithms.get(name).family
+
+
+def speed(case: dict, value: float) -> float:
+    """A number of ``case`` as a speed, so that a speed-up is always the algorithm's over the baseline's."""
+    if case["quantity"] in TIMES:
+        return 1.0 / value
+    if case["quantity"] == "steps_per_s":
+        return value
+    raise ValueError(f"case {case['case']!r}: a {case['quantity']} is not a time or a throughput; it cannot pair")
+
+
+def pairs(cases: list[dict], rules: list[dict]) -> list[tuple[dict, dict]]:
+    """The (case, baseline case) pairs that ``rules`` name: each rule's ``case`` pattern matched whole
+    against every case's name, its ``baseline`` pattern formatted with the match's named groups and
+    matched whole against every other case's name. Every rule must pair something, so that a renamed
+    case cannot drop its ratios silently."""
+    by_name = {c["case"]: c for c in cases}
+    found: list[tuple[dict, dict]] = []
+    for rule in rules:
+        matched = 0
+        for name, case in by_name.items():
+            m = re.fullmatch(rule["case"], name)
+            if m is None:
+                continue
+            wanted = rule["baseline"].format(**m.groupdict())
+            for other, base in by_name.items():
+                if other != name and re.fullmatch(wanted, other) and (case, base) not in found:
+                    found.append((case, base))
+                    matched += 1
+        if not matched:
+            raise ValueError(f"ratio rule {rule}: pairs no two cases")
+    return found
+
+
+def ratio_rows(cases: list[dict], rows: dict[str, dict], rules: list[dict]) -> list[dict]:
+    """The speed-ups a verdict reads, measured and predicted: the published ``speedup`` cases as they
+    are, and every pair that ``rules`` name (the baseline's time over the algorithm's, from the two
+    measured numbers and from the two predictions). A ratio is ``fit`` where either of its cases is:
+    a number that chose a model input is in it. Cases not in ``rows`` (left out, or not asked for
+    with ``--only``) give no ratio."""
+    out = []
+
+    def add(name: str, case: dict, base_spec: dict, measured: float, predicted: float, role: str) -> None:
+        algorithm, baseline = algorithm_of(case["run"]), algorithm_of(base_spec)
+        out.append(
+            {
+                "ratio": name,
+                "network": case["network"],
+                "algorithm": algorithm,
+                "baseline": baseline,
+                "family": family_of(case["run"]["algorithm"]),
+                "measured": measured,
+                "predicted": predicted,
+                "relative_error": relative_error(measured, predicted),
+                "role": role,
+                "source": case["source"],
+            }
+        )
+
+    for case in cases:
+        if case["quantity"] == "speedup" and case["case"] in rows:
+            r = rows[case["case"]]
+            add(case["case"], case, case["baseline"], r["measured"], r["predicted"], r["role"])
+    for case, base in pairs(cases, rules):
+        if case["case"] not in rows or base["case"] not in rows:
+            continue
+        a, b = rows[case["case"]], rows[base["case"]]
+        measured = speed(case, a["measured"]) / speed(base, b["measured"])
+        predicted = speed(case, a["predicted"]) / speed(base, b["predicted"])
+        role = "test" if a["role"] == b["role"] == "test" else "fit"
+        add(f"{case['case']} over {base['case']}", case, base["run"], measured, predicted, role)
+    return out
+
+
+def ratio_summary(ratios: list[dict]) -> list[dict]:
+    """Per network and family, the test ratios' count, geomean |error| and largest |error| (with its
+    ratio): what a verdict's ratio may be off by, where errors of two algorithms add instead of cancel."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in ratios:
+        if r["role"] == "test":
+            groups.setdefault((r["network"], r["family"]), []).append(r)
+    summary = []
+    for (net, family), rs in sorted(groups.items()):
+        worst = max(rs, key=lambda r: abs(r["relative_error"]))
+        summary.append(
+            {
+                "network": net,
+                "family": family,
+                "test_ratios": len(rs),
+                "geomean_abs_error": geomean_abs([r["relative_error"] for r in rs]),
+                "largest_abs_error": abs(worst["relative_error"]),
+                "largest": worst["ratio"],
+            }
+        )
+    return summary
 
 
 # -- the runs -----------------------------------------------------------------------------------
@@ -217,22 +344,31 @@ def predict_bus_bandwidth(case: dict) -> float:
 # -- the emulated network -----------------------------------------------------------------------
 
 
-def measure_machine(work: Path) -> dict:
-    """This machine's loopback link and ``sync_s`` (``calibrate.measure_network``) and a step's
-    compute with 4 ranks on its cores (``calibrate.measure_batch``): the inputs of the emulated
-    cases' twins, measured on the calibration's own cells (all ranks on loopback, no shaping)."""
-    net, _ = calibrate.measure_network(reps=20)  # a third of the calibration's: a minute, not three
-    machine = {"intra": vars(net.intra), "sync_s": net.sync_s, "skips": net.skips_empty_segments}
-    machine["step_ms"] = calibrate.measure_batch() * 1e3
+def measure_machine(work: Path, ranks: set[int] = frozenset({calibrate.RANKS})) -> dict[int, dict]:
+    """The inputs of the emulated cases' twins, for each number of ranks in ``ranks``: this machine's
+    loopback link and ``sync_s`` among that many processes (``calibrate.measure_network``) and a
+    step's compute with that many ranks on its cores (``calibrate.measure_batch``), measured on the
+    calibration's own cells (all ranks on loopback, no shaping). What a message or a step costs here
+    depends on how many processes share the cores: 2 ranks on 2 cores have one each, 4 do not."""
+    machine = {}
+    for n in sorted(ranks):
+        net, _ = calibrate.measure_network(reps=20, ranks=n)  # a third of the calibration's: a minute, not three
+        machine[n] = {"intra": vars(net.intra), "sync_s": net.sync_s, "skips": net.skips_empty_segments}
+        machine[n]["step_ms"] = calibrate.measure_batch(ranks=n) * 1e3
     (work / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")  # for the record: never reused
     return machine
 
 
-def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
+def world_size(case: dict) -> int:
+    return case["run"]["nodes"] * case["run"]["procs_per_node"]
+
+
+def emulated_network(rate_mbit: float, machine: dict, work: Path, ranks: int = calibrate.RANKS) -> Path:
     """The virtual cluster's network for links of ``rate_mbit``: between nodes the payload the
     configured rate carries (tc's mbit: 10^6 bit/s, of which each full frame's 1514 bytes hold 1448
     of TCP payload) and the loopback's per-message latency (tbf adds no delay: no netem here); inside
-    a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments."""
+    a node the loopback itself; this machine's ``sync_s`` and gloo's empty segments, as measured
+    among ``ranks`` processes (``machine``: ``measure_machine``'s entry for them)."""
     intra = network.Link(**machine["intra"])
     payload = rate_mbit * 1e6 / 8 * netns.PAYLOAD_BYTES / netns.FRAME_BYTES
     inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=payload)
@@ -245,7 +381,7 @@ def emulated_network(rate_mbit: float, machine: dict, work: Path) -> Path:
         sync_s=machine["sync_s"],
         skips_empty_segments=machine["skips"],
     )
-    path = work / f"network-{rate_mbit:g}mbit.json"
+    path = work / f"network-{rate_mbit:g}mbit-{ranks}ranks.json"
     network.save(net, path)
     return path
 
@@ -262,14 +398,17 @@ def measure_emulated(case: dict, work: Path) -> Path:
 
 
 def predict_emulated(case: dict, machine: dict, work: Path) -> float:
-    """The twin of the case's real run: same run, virtual clock, this rate's network, the batch alone."""
+    """The twin of the case's real run: same run, virtual clock, this rate's network, the batch alone;
+    the real links' own settings (``link_queue_ms``) have no twin."""
+    knobs = {k: v for k, v in case["run"].get("set", {}).items() if k not in config.CLOCK_ONLY["wall"]}
+    ranks = world_size(case)
     extra = {
-        "sim_network": str(emulated_network(case["rate_mbit"], machine, work)),
-        "sim_step_ms": round(machine["step_ms"], 4),
-        "sim_step_source": "benchmarks.virtual.validate: calibrate.measure_batch, 4 runs at once",
+        "sim_network": str(emulated_network(case["rate_mbit"], machine[ranks], work, ranks)),
+        "sim_step_ms": round(machine[ranks]["step_ms"], 4),
+        "sim_step_source": f"benchmarks.virtual.validate: calibrate.measure_batch, {ranks} runs at once",
         "device": "cpu",
     }
-    return steady_step_s(simulate(case["run"], work, extra))
+    return steady_step_s(simulate({**case["run"], "set": knobs}, work, extra))
 
 
 # -- the table ----------------------------------------------------------------------------------
@@ -289,13 +428,28 @@ def evaluate(case: dict, work: Path, machine: dict | None) -> dict:
     return {**row, "measured": measured, "predicted": predicted, "relative_error": error}
 
 
-def write(rows: list[dict], path: Path) -> None:
+def write(rows: list[dict], path: Path, columns: list[str] = COLUMNS) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
             writer.writerow({**r, **{k: f"{r[k]:.6g}" for k in ("measured", "predicted", "relative_error")}})
+
+
+def ratios_path(out: Path) -> Path:
+    """Where the ratio table goes: beside the table of cases (``validation_ratios.csv``)."""
+    return out.with_name(f"{out.stem}_ratios.csv")
+
+
+def read_rows(path: Path) -> dict[str, dict]:
+    """A written table of cases, by case name, its numbers as floats."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in ("measured", "predicted", "relative_error"):
+            r[k] = float(r[k])
+    return {r["case"]: r for r in rows}
 
 
 def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
@@ -315,15 +469,35 @@ def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
         print(f"geomean |relative error| of the {counts[net]} test rows on {net}: {g:.1%}")
 
 
+def report_ratios(ratios: list[dict]) -> None:
+    """The speed-ups' errors by network and family, the test ratios only: what a verdict reads."""
+    print(f"\nspeed-ups (the baseline's time over the algorithm's), {sum(r['role'] == 'test' for r in ratios)} test ratios:")
+    print(f"{'network':<20} {'family':<19} {'ratios':>6} {'geomean':>8} {'largest':>8}  largest at")
+    for s in ratio_summary(ratios):
+        g, worst = s["geomean_abs_error"], s["largest_abs_error"]
+        print(f"{s['network']:<20} {s['family']:<19} {s['test_ratios']:>6} {g:>8.1%} {worst:>8.1%}  {s['largest']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=Path, default=CASES)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")
-    p.add_argument("--only", help="only the cases whose name contains this")
+    p.add_argument("--only", help="only the cases whose name this regular expression finds (e.g. 'emulated|nccl')")
+    p.add_argument(
+        "--ratios-only", action="store_true", help="rebuild the ratio table from the table of cases at --out, run nothing"
+    )
     args = p.parse_args(argv)
-    cases, left_out = load(args.cases)
-    cases = [c for c in cases if args.only is None or args.only in c["case"]]
+    every, left_out = load(args.cases)
+    rules = ratio_rules(args.cases)
+    pairs(every, rules)  # a rule that pairs nothing is an error before any run
+    if args.ratios_only:
+        ratios = ratio_rows(every, read_rows(args.out), rules)
+        write(ratios, ratios_path(args.out), RATIO_COLUMNS)
+        report_ratios(ratios)
+        print(f"wrote {ratios_path(args.out)}")
+        return 0
+    cases = [c for c in every if args.only is None or re.search(args.only, c["case"])]
     ok, why = netns.available() if any(c["quantity"] == "emulated_step" for c in cases) else (True, "")
     skipped = [] if ok else [f"the emulated cases: {why}"]
     cases = [c for c in cases if ok or c["quantity"] != "emulated_step"]
@@ -332,14 +506,17 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="validate-")))
         work.mkdir(parents=True, exist_ok=True)
         emulated = [c for c in cases if c["quantity"] == "emulated_step"]
-        machine = measure_machine(work) if emulated else None
+        machine = measure_machine(work, {world_size(c) for c in emulated}) if emulated else None
         # The emulated cases first, beside the measurement of their machine's numbers.
         rows = {c["case"]: evaluate(c, work, machine) for c in emulated}
         rows |= {c["case"]: evaluate(c, work, machine) for c in cases if c not in emulated}
     ordered = [rows[c["case"]] for c in cases]
     write(ordered, args.out)
+    ratios = ratio_rows(every, rows, rules)
+    write(ratios, ratios_path(args.out), RATIO_COLUMNS)
     report(ordered, left_out, skipped)
-    print(f"wrote {args.out} ({time.perf_counter() - start:.0f} s)")
+    report_ratios(ratios)
+    print(f"wrote {args.out} and {ratios_path(args.out)} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
