@@ -70,6 +70,11 @@ RULE = (
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
     f"interval holds 1, or under {MIN_SEEDS} seeds"
 )
+# What a verdict row repeats of its claim as it is.
+CLAIM_FIELDS = [
+    *("paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment"),
+    *("algorithm", "baseline"),
+]
 RATIOS = {"throughput_speedup", "speedup"}
 ORDERINGS = {"final_metric_above"}
 # Run settings whose absence from an older run's config.json means their default.
@@ -328,13 +333,7 @@ def _described(m: dict[str, object], quantity: str) -> str:
 def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
     """The claim's row of the verdict table; a simulated claim's ``network`` column gives its verdict
     with the inter-node link ``SENSITIVITY`` times as fast, where such runs exist."""
-    row = {
-        c: getattr(claim, c)
-        for c in (
-            "paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment",
-            "algorithm", "baseline",
-        )  # fmt: skip
-    }
+    row = {c: getattr(claim, c) for c in CLAIM_FIELDS}
     row.update(measure(claim, runs))
     row["sim_network"] = claim.requires.get("sim_network", "") if claim.simulated else ""  # its validation's key
     row["network"] = ""

@@ -430,7 +430,9 @@ def model_error(
     algorithm, baseline = pair
     if ratios is None or not algorithm:
         return times
-    mine = ratios[(ratios["network"] == network) & (ratios["algorithm"] == algorithm) & (ratios["baseline"] == baseline)]
+    mine = ratios[
+        (ratios["network"] == network) & (ratios["algorithm"] == algorithm) & (ratios["baseline"] == baseline)
+    ]
     tested = mine[mine["role"] == "test"]
     if tested.empty:
         fitted = f" (fit only: {', '.join(mine['ratio'])})" if not mine.empty else ""
@@ -471,7 +473,10 @@ def claim_lines(
             (
                 "the model's error out of sample",
                 model_error(
-                    row.get("sim_network", ""), errors or {}, (row.get("algorithm", ""), row.get("baseline", "")), ratios
+                    row.get("sim_network", ""),
+                    errors or {},
+                    (row.get("algorithm", ""), row.get("baseline", "")),
+                    ratios,
                 ),
             ),
             ("conditions", where(row)),
@@ -547,7 +552,9 @@ def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
                 "largest at": worst["ratio"],
             }
         )
-    return pd.DataFrame(rows, columns=["network", "family", "test ratios", "geomean |error|", "largest |error|", "largest at"])
+    return pd.DataFrame(
+        rows, columns=["network", "family", "test ratios", "geomean |error|", "largest |error|", "largest at"]
+    )
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:

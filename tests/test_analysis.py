@@ -813,8 +813,17 @@ def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_err
     # With the ratio table: the claim's own pair first (test rows only), else that its pair has none.
     ratios = pd.DataFrame(
         [
-            dict(ratio="f4", network="piz_daint", algorithm="wagma", baseline="allreduce", role="test", relative_error=0.12),
-            dict(ratio="f5", network="piz_daint", algorithm="wagma", baseline="allreduce", role="fit", relative_error=0.5),
+            dict(
+                ratio="f4",
+                network="piz_daint",
+                algorithm="wagma",
+                baseline="allreduce",
+                role="test",
+                relative_error=0.12,
+            ),
+            dict(
+                ratio="f5", network="piz_daint", algorithm="wagma", baseline="allreduce", role="fit", relative_error=0.5
+            ),
             dict(ratio="d", network="piz_daint", algorithm="wagma", baseline="dpsgd", role="fit", relative_error=0.02),
         ]
     )

@@ -471,7 +471,9 @@ def report(rows: list[dict], left_out: list[dict], skipped: list[str]) -> None:
 
 def report_ratios(ratios: list[dict]) -> None:
     """The speed-ups' errors by network and family, the test ratios only: what a verdict reads."""
-    print(f"\nspeed-ups (the baseline's time over the algorithm's), {sum(r['role'] == 'test' for r in ratios)} test ratios:")
+    print(
+        f"\nspeed-ups (the baseline's time over the algorithm's), {sum(r['role'] == 'test' for r in ratios)} test ratios:"
+    )
     print(f"{'network':<20} {'family':<19} {'ratios':>6} {'geomean':>8} {'largest':>8}  largest at")
     for s in ratio_summary(ratios):
         g, worst = s["geomean_abs_error"], s["largest_abs_error"]
@@ -485,7 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")
     p.add_argument("--only", help="only the cases whose name this regular expression finds (e.g. 'emulated|nccl')")
     p.add_argument(
-        "--ratios-only", action="store_true", help="rebuild the ratio table from the table of cases at --out, run nothing"
+        "--ratios-only",
+        action="store_true",
+        help="rebuild the ratio table from the table of cases at --out, run nothing",
     )
     args = p.parse_args(argv)
     every, left_out = load(args.cases)
