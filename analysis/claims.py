@@ -42,6 +42,7 @@ the claim is marked sensitive to the network model.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from analysis.intervals import median_order_interval
 from analysis.papers import PAPERS_DIR
 
 CLAIMS = PAPERS_DIR / "claims.yaml"
+VALIDATION = PAPERS_DIR / "validation.yaml"  # the one record of which published numbers chose a model input
 MIN_SEEDS = 5
 TOLERANCE = 1.10  # the paper's ratio is reproduced within [low / 1.10, high x 1.10]
 NO_EFFECT = 1.02  # no effect: the interval within [1 / 1.02, 1.02]
@@ -61,6 +63,7 @@ HALF_GAP = 0.5  # an ordering is reproduced at half the paper's gap or more
 SENSITIVITY = (0.5, 2.0)  # the inter-node link's speed factors a simulated verdict is re-checked at
 REPRODUCED, DIRECTION, NO_CHANGE = "reproduced", "direction only", "no effect"
 FAILS, INCONCLUSIVE, UNMEASURED = "does not hold", "inconclusive", "not measured"
+CALIBRATED = "calibrated"
 SENSITIVE = "sensitive to the network model"
 # The rule in words, for the report (the README and claims.yaml's header state the same).
 RULE = (
@@ -68,7 +71,8 @@ RULE = (
     f"{(TOLERANCE - 1) * 100:.0f} % each way (an ordering: in every seed, with at least half the paper's "
     f"gap); direction only: the paper's side, not its size; no effect: the interval within "
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
-    f"interval holds 1, or under {MIN_SEEDS} seeds"
+    f"interval holds 1, or under {MIN_SEEDS} seeds; calibrated: a model input was chosen on the paper's "
+    f"number, so the value is shown and is no reproduction"
 )
 # What a verdict row repeats of its claim as it is.
 CLAIM_FIELDS = [
@@ -108,18 +112,31 @@ class Claim:
     paper_ratio: float | list[float] | None = None  # a ratio's size: one value or [low, high]
     paper_gap: float | None = None  # an ordering's size: the paper's metric difference (a fraction)
     up_to: bool = False  # "up to X": the best over the node counts in requires
+    validation: str | None = None  # the case of validation.yaml that is the same published number
+    calibrated: bool = False  # that case is fit: set by ``load`` from the case file, never by hand
 
     @property
     def simulated(self) -> bool:
         return self.requires.get("clock") == "simulated" and "sim_network" in self.requires
 
 
-def load(path: Path = CLAIMS) -> list[Claim]:
+def validation_roles(path: Path = VALIDATION) -> dict[str, dict[str, object]]:
+    """{case: its role and measured number} of the validation's case file: a ``fit`` case's number
+    chose a model input (the file's header says which and why)."""
+    cases = yaml.safe_load(Path(path).read_text(encoding="utf-8"))["cases"]
+    return {c["case"]: {"role": c["role"], "measured": c.get("measured")} for c in cases}
+
+
+def load(path: Path = CLAIMS, validation: Path = VALIDATION) -> list[Claim]:
     """Every claim, paper by paper in the file's order. An unknown quantity, a claim over several node
-    counts that is not "up to", or a size of the wrong kind is an error naming the fix."""
+    counts that is not "up to", a size of the wrong kind, or a ``validation`` case that is not in the
+    case file or holds another number is an error naming the fix."""
+    roles = validation_roles(validation)
     claims = []
     for paper, entries in yaml.safe_load(Path(path).read_text(encoding="utf-8")).items():
         for entry in entries:
+            if "calibrated" in entry:
+                raise ValueError(f"claim {entry.get('id')}: calibrated comes from its validation case's role, not by hand")
             claim = Claim(paper=paper, **entry)
             if claim.quantity not in RATIOS | ORDERINGS:
                 raise ValueError(
@@ -129,6 +146,16 @@ def load(path: Path = CLAIMS) -> list[Claim]:
                 raise ValueError(f"claim {claim.id}: several node counts need up_to: true, or name one")
             if claim.quantity in ORDERINGS and claim.paper_ratio is not None:
                 raise ValueError(f"claim {claim.id}: an ordering's size is paper_gap, not paper_ratio")
+            if claim.validation is not None:
+                case = roles.get(claim.validation)
+                if case is None:
+                    raise ValueError(f"claim {claim.id}: validation case {claim.validation!r} is not in {validation}")
+                if case["measured"] != claim.paper_ratio:
+                    raise ValueError(
+                        f"claim {claim.id}: its paper_ratio {claim.paper_ratio} is not validation case "
+                        f"{claim.validation!r}'s measured {case['measured']}: the same number in both files"
+                    )
+                claim = dataclasses.replace(claim, calibrated=case["role"] == "fit")
             claims.append(claim)
     return claims
 
@@ -336,6 +363,13 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
     row = {c: getattr(claim, c) for c in CLAIM_FIELDS}
     row.update(measure(claim, runs))
     row["sim_network"] = claim.requires.get("sim_network", "") if claim.simulated else ""  # its validation's key
+    if claim.calibrated and row["verdict"] != UNMEASURED:
+        row["why"] = (
+            f"a model input was chosen on the paper's number ({claim.validation} is a fit row of analysis/papers/"
+            f"validation.yaml): the value is the calibration's, no reproduction; as a ratio it would read "
+            f"{row['verdict']} ({row['why']})"
+        )
+        row["verdict"] = CALIBRATED
     row["network"] = ""
     if claim.simulated and row["verdict"] != UNMEASURED:
         ends = {s: measure(claim, runs, {**claim.requires, "sim_inter_speed": s}) for s in SENSITIVITY}

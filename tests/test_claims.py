@@ -304,3 +304,42 @@ def test_the_inter_node_speed_scales_bandwidth_and_latency():
     net, slow = network.load("piz_daint"), network.load("piz_daint", 0.5)
     assert slow.inter.bandwidth_bps == net.inter.bandwidth_bps / 2 and slow.inter.latency_s == net.inter.latency_s * 2
     assert slow.intra == net.intra
+
+
+# -- provenance: a number the model was fitted to is never a reproduction ---------------------------
+
+
+def test_a_claim_whose_number_chose_a_model_input_is_calibrated_not_reproduced(tmp_path):
+    """WAGMA over D-PSGD measured 1.25x [1.24, 1.26] against the paper's 1.23x would read reproduced;
+    with the validation case that is the same published number fit, it reads calibrated, keeps its
+    value and says what it would have read. Its twin over a test case keeps its verdict."""
+    data = runs(tmp_path, {"wagma": [1.0] * 5, "dpsgd": [1.24, 1.25, 1.25, 1.25, 1.26]})
+    fitted = claim(baseline="dpsgd", paper_ratio=1.23, validation="wagma-fig4-over-dpsgd", calibrated=True)
+    row = claims.evaluate(fitted, data)
+    assert row["verdict"] == claims.CALIBRATED and row["value"] == pytest.approx(1.25)
+    assert "wagma-fig4-over-dpsgd is a fit row" in row["why"] and "would read reproduced" in row["why"]
+    tested = claims.evaluate(claim(baseline="dpsgd", paper_ratio=1.23), data)
+    assert tested["verdict"] == claims.REPRODUCED
+    unmeasured = claims.evaluate(fitted, data.iloc[0:0])
+    assert unmeasured["verdict"] == claims.UNMEASURED  # no runs: not measured, whatever its provenance
+
+
+def test_calibrated_comes_from_the_validation_case_file_only(tmp_path):
+    """``load`` reads the role of the claim's validation case (fit: calibrated); a case that does not
+    exist, one whose number differs from the claim's, or ``calibrated`` written by hand is refused."""
+    loaded = {c.id: c for c in claims.load()}
+    assert loaded["wagma-dpsgd"].calibrated and loaded["wagma-sgp"].calibrated  # Fig. 4's fit rows
+    assert not loaded["wagma-allreduce"].calibrated and loaded["wagma-allreduce"].validation
+    entry = dict(
+        id="x", claim="c", source="s", conditions="c", requires=REQUIRES, experiment="e", quantity="throughput_speedup",
+        algorithm="wagma", baseline="dpsgd", paper_value="1.23x", paper_ratio=1.23, setting="",
+    )  # fmt: skip
+    for change, message in [
+        ({"validation": "no-such-case"}, "is not in"),
+        ({"validation": "wagma-fig4-over-dpsgd", "paper_ratio": 1.3}, "the same number in both files"),
+        ({"calibrated": True}, "not by hand"),
+    ]:
+        path = tmp_path / "claims.yaml"
+        path.write_text(yaml.safe_dump({"wagma": [{**entry, **change}]}))
+        with pytest.raises(ValueError, match=message):
+            claims.load(path)
