@@ -136,7 +136,9 @@ def load(path: Path = CLAIMS, validation: Path = VALIDATION) -> list[Claim]:
     for paper, entries in yaml.safe_load(Path(path).read_text(encoding="utf-8")).items():
         for entry in entries:
             if "calibrated" in entry:
-                raise ValueError(f"claim {entry.get('id')}: calibrated comes from its validation case's role, not by hand")
+                raise ValueError(
+                    f"claim {entry.get('id')}: calibrated comes from its validation case's role, not by hand"
+                )
             claim = Claim(paper=paper, **entry)
             if claim.quantity not in RATIOS | ORDERINGS:
                 raise ValueError(
