@@ -53,9 +53,10 @@ import yaml
 
 from analysis.intervals import median_order_interval
 from analysis.papers import PAPERS_DIR
+from benchmarks import validation_cases
 
 CLAIMS = PAPERS_DIR / "claims.yaml"
-VALIDATION = PAPERS_DIR / "validation.yaml"  # the one record of which published numbers chose a model input
+VALIDATION = validation_cases.CASES  # the one record of which published numbers chose a model input
 MIN_SEEDS = 5
 TOLERANCE = 1.10  # the paper's ratio is reproduced within [low / 1.10, high x 1.10]
 NO_EFFECT = 1.02  # no effect: the interval within [1 / 1.02, 1.02]
@@ -63,7 +64,7 @@ HALF_GAP = 0.5  # an ordering is reproduced at half the paper's gap or more
 SENSITIVITY = (0.5, 2.0)  # the inter-node link's speed factors a simulated verdict is re-checked at
 REPRODUCED, DIRECTION, NO_CHANGE = "reproduced", "direction only", "no effect"
 FAILS, INCONCLUSIVE, UNMEASURED = "does not hold", "inconclusive", "not measured"
-CALIBRATED = "calibrated"
+CALIBRATED, NOT_TESTABLE = "calibrated", "not testable"
 SENSITIVE = "sensitive to the network model"
 # The rule in words, for the report (the README and claims.yaml's header state the same).
 RULE = (
@@ -72,7 +73,9 @@ RULE = (
     f"gap); direction only: the paper's side, not its size; no effect: the interval within "
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
     f"interval holds 1, or under {MIN_SEEDS} seeds; calibrated: a model input was chosen on the paper's "
-    f"number, so the value is shown and is no reproduction"
+    f"number, so the value is shown and is no reproduction; not testable: simulated, and no test "
+    f"measurement validates the speed-up of its pair on its network (the row says what the baseline "
+    f"would have to cost for the paper's number)"
 )
 # What a verdict row repeats of its claim as it is.
 CLAIM_FIELDS = [
@@ -114,6 +117,11 @@ class Claim:
     up_to: bool = False  # "up to X": the best over the node counts in requires
     validation: str | None = None  # the case of validation.yaml that is the same published number
     calibrated: bool = False  # that case is fit: set by ``load`` from the case file, never by hand
+    # The validation's best role for the speed-up of (algorithm, baseline) on its simulated network:
+    # "test", "fit" or "" (no measurement); set by ``load`` from the case file
+    # (``validation_cases.validated_pairs``).
+    pair_validation: str = "test"
+    baseline_implied: str = ""  # what the paper's own numbers imply of the baseline's cost, with the derivation
 
     @property
     def simulated(self) -> bool:
@@ -123,7 +131,7 @@ class Claim:
 def validation_roles(path: Path = VALIDATION) -> dict[str, dict[str, object]]:
     """{case: its role and measured number} of the validation's case file: a ``fit`` case's number
     chose a model input (the file's header says which and why)."""
-    cases = yaml.safe_load(Path(path).read_text(encoding="utf-8"))["cases"]
+    cases, _ = validation_cases.load(path)
     return {c["case"]: {"role": c["role"], "measured": c.get("measured")} for c in cases}
 
 
@@ -132,13 +140,15 @@ def load(path: Path = CLAIMS, validation: Path = VALIDATION) -> list[Claim]:
     counts that is not "up to", a size of the wrong kind, or a ``validation`` case that is not in the
     case file or holds another number is an error naming the fix."""
     roles = validation_roles(validation)
+    validated = validation_cases.validated_pairs(validation)
     claims = []
     for paper, entries in yaml.safe_load(Path(path).read_text(encoding="utf-8")).items():
         for entry in entries:
-            if "calibrated" in entry:
-                raise ValueError(
-                    f"claim {entry.get('id')}: calibrated comes from its validation case's role, not by hand"
-                )
+            for derived in ("calibrated", "pair_validation"):
+                if derived in entry:
+                    raise ValueError(
+                        f"claim {entry.get('id')}: {derived} comes from the validation's case file, not by hand"
+                    )
             claim = Claim(paper=paper, **entry)
             if claim.quantity not in RATIOS | ORDERINGS:
                 raise ValueError(
@@ -158,6 +168,9 @@ def load(path: Path = CLAIMS, validation: Path = VALIDATION) -> list[Claim]:
                         f"{claim.validation!r}'s measured {case['measured']}: the same number in both files"
                     )
                 claim = dataclasses.replace(claim, calibrated=case["role"] == "fit")
+            if claim.simulated:
+                key = (str(claim.requires["sim_network"]), claim.algorithm, claim.baseline)
+                claim = dataclasses.replace(claim, pair_validation=validated.get(key, ""))
             claims.append(claim)
     return claims
 
@@ -365,6 +378,9 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
     row = {c: getattr(claim, c) for c in CLAIM_FIELDS}
     row.update(measure(claim, runs))
     row["sim_network"] = claim.requires.get("sim_network", "") if claim.simulated else ""  # its validation's key
+    if claim.simulated and not claim.calibrated and claim.pair_validation != "test" and row["verdict"] != UNMEASURED:
+        row["why"] = f"{untestable(claim, row['value'])}; as measured it would read {row['verdict']} ({row['why']})"
+        row["verdict"] = NOT_TESTABLE
     if claim.calibrated and row["verdict"] != UNMEASURED:
         row["why"] = (
             f"a model input was chosen on the paper's number ({claim.validation} is a fit row of analysis/papers/"
@@ -380,6 +396,22 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
         if any(m["verdict"] != row["verdict"] for m in measured.values()):
             row["why"] += f"; {SENSITIVE}"
     return {c: row.get(c) for c in COLUMNS}
+
+
+def untestable(claim: Claim, value: float | None) -> str:
+    """Why a simulated verdict cannot be tested, and its break-even: the factor by which the
+    baseline's simulated time a step would have to grow for the paper's number, beside what the
+    paper's own numbers imply of that baseline."""
+    network = claim.requires["sim_network"]
+    how = "only by a fit row" if claim.pair_validation == "fit" else "by no measurement"
+    why = f"the speed-up of {claim.algorithm} over {claim.baseline} on {network} is validated {how}"
+    size = _sizes(claim.paper_ratio)
+    if size is not None and value:
+        factor = (size[0] if claim.expect == "above" else size[1]) / value
+        why += f"; for the paper's {claim.paper_value} the baseline would have to take {factor:.2f}x its simulated time"
+    if claim.baseline_implied:
+        why += f"; the paper's own numbers: {claim.baseline_implied}"
+    return why
 
 
 def table(runs: pd.DataFrame, claims: list[Claim] | None = None) -> pd.DataFrame:

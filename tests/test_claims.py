@@ -343,3 +343,33 @@ def test_calibrated_comes_from_the_validation_case_file_only(tmp_path):
         path.write_text(yaml.safe_dump({"wagma": [{**entry, **change}]}))
         with pytest.raises(ValueError, match=message):
             claims.load(path)
+
+
+def test_a_simulated_verdict_whose_pair_no_measurement_validates_is_not_testable(tmp_path):
+    """DASO over Horovod at 0.93x would read "does not hold"; with no test ratio of that pair on its
+    network it reads not testable, with the break-even: for the paper's 1.33x Horovod would have to
+    take 1.33 / 0.93 = 1.43x its simulated time; the paper's own numbers follow. Its twin over a
+    validated pair keeps its verdict; a claim with no network model never reads not testable."""
+    data = runs(tmp_path, {"daso": [1.0] * 5, "horovod": [0.93] * 5})
+    requires = {**REQUIRES, "sim_network": "juwels_booster_heat"}
+    common = dict(algorithm="daso", baseline="horovod", requires=requires, quantity="speedup", paper_ratio=1.33)
+    row = claims.evaluate(claim(**common, pair_validation="", baseline_implied="at least 4.87 h"), data)
+    assert row["verdict"] == claims.NOT_TESTABLE and row["value"] == pytest.approx(0.93)
+    assert "validated by no measurement" in row["why"] and "1.43x its simulated time" in row["why"]
+    assert "the paper's own numbers: at least 4.87 h" in row["why"] and "would read does not hold" in row["why"]
+    assert claims.evaluate(claim(**common), data)["verdict"] == claims.FAILS  # a validated pair
+    fit_only = claims.evaluate(claim(**common, pair_validation="fit"), data)
+    assert fit_only["verdict"] == claims.NOT_TESTABLE and "only by a fit row" in fit_only["why"]
+    unmodelled = claim(**{**common, "requires": REQUIRES}, pair_validation="")  # no network model to validate
+    assert claims.evaluate(unmodelled, data)["verdict"] == claims.FAILS
+
+
+def test_the_claims_read_which_pairs_the_validation_scores():
+    """From analysis/papers/validation.yaml: WAGMA over Allreduce-SGD on Piz Daint has a test ratio
+    (Fig. 4), AD-PSGD over WAGMA only fit ones (its balanced rate chose the batch time), DASO over
+    Horovod and over DDP on JUWELS Booster none."""
+    loaded = {c.id: c for c in claims.load()}
+    assert loaded["wagma-allreduce"].pair_validation == "test"
+    assert loaded["wagma-adpsgd"].pair_validation == "fit"
+    assert loaded["daso-horovod"].pair_validation == "" and loaded["daso-classic-16"].pair_validation == ""
+    assert loaded["daso-horovod"].baseline_implied

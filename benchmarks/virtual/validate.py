@@ -45,63 +45,29 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import yaml
 
 import algorithms
 from benchmarks import config, netns, run, tasks
+from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, used here and by the tests
+    CASES,
+    EMULATED,
+    QUANTITIES,
+    ROLES,
+    UNITS,
+    algorithm_of,
+    load,
+    pairs,
+    ratio_rules,
+)
 from benchmarks.virtual import calibrate, job, network
 from benchmarks.virtual.clock import FORWARD_SHARE
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = ROOT / "analysis" / "papers" / "validation.yaml"
 OUT = ROOT / "results" / "tables" / "validation.csv"
 COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
-ROLES = ("fit", "test")
-QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step", "bus_bandwidth")
-UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None, "GB/s": None}
-EMULATED = "emulated"  # the network column of the emulated runs, whatever their rate
 
 
-# -- the case file ------------------------------------------------------------------------------
-
-
-def load(path: Path = CASES) -> tuple[list[dict], list[dict]]:
-    """The cases and the left-out measurements of ``path``, each case checked for what it needs."""
-    data = yaml.safe_load(Path(path).read_text())
-    cases, left_out = data["cases"], data.get("left_out", [])
-    names = set()
-    for case in cases:
-        name = case.get("case")
-        missing = [k for k in ("case", "source", "network", "role", "quantity", "unit") if not case.get(k)]
-        if missing:
-            raise ValueError(f"case {name!r}: missing {', '.join(missing)}")
-        if name in names:
-            raise ValueError(f"case {name!r} appears twice")
-        names.add(name)
-        if case["role"] not in ROLES or case["quantity"] not in QUANTITIES or case["unit"] not in UNITS:
-            raise ValueError(f"case {name!r}: role in {ROLES}, quantity in {QUANTITIES}, unit in {list(UNITS)}")
-        if case["quantity"] == "emulated_step":
-            if "rate_mbit" not in case or case["network"] != EMULATED:
-                raise ValueError(f"case {name!r}: an emulated case names rate_mbit and network {EMULATED!r}")
-        elif case["quantity"] == "bus_bandwidth":
-            if set(case.get("allreduce", {})) != {"nodes", "procs_per_node", "bytes"}:
-                raise ValueError(
-                    f"case {name!r}: a bus bandwidth names its allreduce's nodes, procs_per_node and bytes"
-                )
-        elif not isinstance(case.get("measured"), (int, float)) or "run" not in case:
-            raise ValueError(f"case {name!r}: a published case gives its measured number and its run")
-        if case["quantity"] == "speedup" and "baseline" not in case:
-            raise ValueError(f"case {name!r}: a speedup names its baseline run")
-    return cases, left_out
-
-
-def ratio_rules(path: Path = CASES) -> list[dict]:
-    """The case file's ``ratios``: which pairs of cases give the speed-ups the claims read."""
-    rules = yaml.safe_load(Path(path).read_text()).get("ratios", [])
-    for rule in rules:
-        if set(rule) != {"case", "baseline"}:
-            raise ValueError(f"ratio rule {rule}: it names a case pattern and a baseline pattern, nothing else")
-    return rules
+# -- the case file (benchmarks/validation_cases.py) and the errors -------------------------------
 
 
 def relative_error(measured: float, predicted: float) -> float:
@@ -138,14 +104,6 @@ RATIO_COLUMNS = [
 TIMES = ("time", "emulated_step")  # a smaller number is faster; steps_per_s: a larger one
 
 
-def algorithm_of(spec: dict) -> str:
-    """The label of a run in a ratio: its algorithm, with DASO's fixed (B, S) where a case sets them."""
-    knobs = spec.get("set", {})
-    if spec["algorithm"] == "daso" and "max_global_skips" in knobs:
-        return f"daso B={knobs['max_global_skips']} S={knobs.get('batches_to_wait', 0)}"
-    return spec["algorithm"]
-
-
 def family_of(name: str) -> str:
     """How an algorithm communicates (``Algorithm.family``): the ratio errors are summarised by it."""
     return algorithms.get(name).family
@@ -158,29 +116,6 @@ def speed(case: dict, value: float) -> float:
     if case["quantity"] == "steps_per_s":
         return value
     raise ValueError(f"case {case['case']!r}: a {case['quantity']} is not a time or a throughput; it cannot pair")
-
-
-def pairs(cases: list[dict], rules: list[dict]) -> list[tuple[dict, dict]]:
-    """The (case, baseline case) pairs that ``rules`` name: each rule's ``case`` pattern matched whole
-    against every case's name, its ``baseline`` pattern formatted with the match's named groups and
-    matched whole against every other case's name. Every rule must pair something, so that a renamed
-    case cannot drop its ratios silently."""
-    by_name = {c["case"]: c for c in cases}
-    found: list[tuple[dict, dict]] = []
-    for rule in rules:
-        matched = 0
-        for name, case in by_name.items():
-            m = re.fullmatch(rule["case"], name)
-            if m is None:
-                continue
-            wanted = rule["baseline"].format(**m.groupdict())
-            for other, base in by_name.items():
-                if other != name and re.fullmatch(wanted, other) and (case, base) not in found:
-                    found.append((case, base))
-                    matched += 1
-        if not matched:
-            raise ValueError(f"ratio rule {rule}: pairs no two cases")
-    return found
 
 
 def ratio_rows(cases: list[dict], rows: dict[str, dict], rules: list[dict]) -> list[dict]:
