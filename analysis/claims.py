@@ -337,6 +337,9 @@ def _measure(claim: Claim, values: list[float]) -> dict[str, object]:
         verdict, why = ordering_verdict(values, claim.paper_gap)
     if len(values) < MIN_SEEDS:
         verdict, why = INCONCLUSIVE, f"{len(values)} seeds; a verdict needs {MIN_SEEDS}"
+    elif len(set(values)) == 1:  # a deterministic run (no noise, no stragglers): one value, no interval
+        out["coverage"] = None
+        why += f"; every seed gives {values[0]:.4g}: a deterministic run, one value and no interval"
     return {**out, "verdict": verdict, "why": why}
 
 

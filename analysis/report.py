@@ -456,7 +456,9 @@ def claim_lines(
         number = (lambda x: f"{x:.2f}×") if ratio else (lambda x: f"{x:+.2f}")
         if not interval:
             return number(row["value"]) if ratio else f"gap {number(row['value'])}"
-        coverage = f", covers {row['coverage']:.1%}" if pd.notna(row["coverage"]) else ", every seed equal"
+        if pd.isna(row["coverage"]):  # every seed gave the same value: no interval to show
+            return f"{number(row['value'])} ({row['seeds']} seeds, every one the same: deterministic)"
+        coverage = f", covers {row['coverage']:.1%}"
         return f"{number(row['value'])} [{number(row['low'])}, {number(row['high'])}] ({row['seeds']} seeds{coverage})"
 
     def where(row: pd.Series) -> str:

@@ -373,3 +373,15 @@ def test_the_claims_read_which_pairs_the_validation_scores():
     assert loaded["wagma-adpsgd"].pair_validation == "fit"
     assert loaded["daso-horovod"].pair_validation == "" and loaded["daso-classic-16"].pair_validation == ""
     assert loaded["daso-horovod"].baseline_implied
+
+
+def test_a_deterministic_run_gives_one_value_and_no_interval(tmp_path):
+    """Five seeds of a run with no noise give the same 0.93x: one value, said so, no coverage to claim."""
+    data = runs(tmp_path, {"wagma": [1.0] * 5, "allreduce": [0.93] * 5})
+    row = claims.evaluate(claim(paper_ratio=1.26), data)
+    assert row["value"] == pytest.approx(0.93) and row["coverage"] is None
+    assert "every seed gives 0.93: a deterministic run" in row["why"]
+    noisy = claims.evaluate(
+        claim(paper_ratio=1.26), runs(tmp_path / "n", {"wagma": [1.0] * 5, "allreduce": [0.93, 0.94, 0.93, 0.92, 0.93]})
+    )
+    assert noisy["coverage"] == pytest.approx(0.9375) and "deterministic" not in noisy["why"]
