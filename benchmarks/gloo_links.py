@@ -75,10 +75,10 @@ def tcp_exchange_ms(network: netns.Network, nbytes: int, reps: int) -> float:
         with socket.create_connection((network.addresses[1], netns.PORT)) as connection:
             os.write(result_w, json.dumps(exchange(connection)).encode())
 
-    pids = [netns._fork(server)]
+    pids = [netns.fork_child(server)]
     os.read(ready_r, 1)
-    pids.append(netns._fork(client))
-    codes = [netns._wait(pid, 120.0) for pid in pids]
+    pids.append(netns.fork_child(client))
+    codes = [netns.wait_child(pid, 120.0) for pid in pids]
     if any(codes):
         raise RuntimeError(f"the TCP exchange failed (exit codes {codes})")
     return json.loads(os.read(result_r, 256).decode())
@@ -116,8 +116,8 @@ def _gloo_rank(rank: int, network: netns.Network, nbytes: int, reps: int, result
 def gloo_ms(network: netns.Network, nbytes: int, reps: int) -> dict[str, float]:
     """Two gloo ranks, one a node: ms a round of each of the module docstring's operations."""
     result_r, result_w = os.pipe()
-    pids = [netns._fork(lambda r=r: _gloo_rank(r, network, nbytes, reps, result_w)) for r in range(2)]
-    codes = [netns._wait(pid, 300.0) for pid in pids]
+    pids = [netns.fork_child(lambda r=r: _gloo_rank(r, network, nbytes, reps, result_w)) for r in range(2)]
+    codes = [netns.wait_child(pid, 300.0) for pid in pids]
     if any(codes):
         raise RuntimeError(f"the gloo ranks failed (exit codes {codes})")
     return json.loads(os.read(result_r, 1 << 16).decode())

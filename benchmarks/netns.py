@@ -236,11 +236,11 @@ def measure_flows(
         (elapsed,) = message_times(network, nbytes, 0.0, 1, src, dst, timeout_s, port=PORT + i)
         os.write(pipes[i][1], json.dumps(elapsed).encode())
 
-    children = [_fork(lambda i=i: one(i)) for i in range(flows)]
+    children = [fork_child(lambda i=i: one(i)) for i in range(flows)]
     for _, w in pipes:
         os.close(w)
     try:
-        codes = [_wait(pid, timeout_s) for pid in children]
+        codes = [wait_child(pid, timeout_s) for pid in children]
         if any(codes):
             raise RuntimeError(f"the flows failed (exit codes {codes})")
         return [nbytes * 8 / json.loads(os.read(r, 256).decode()) / 1e6 for r, _ in pipes]
@@ -299,14 +299,14 @@ def message_times(
                 times.append(time.perf_counter() - start)
             os.write(result_w, json.dumps(times).encode())
 
-    receiver = _fork(receive)
+    receiver = fork_child(receive)
     os.close(ready_w)
     try:
         if os.read(ready_r, 1) != b"r":
             raise RuntimeError("the receiver did not start listening")
-        sender = _fork(send)
+        sender = fork_child(send)
         os.close(result_w)
-        codes = [_wait(pid, timeout_s) for pid in (sender, receiver)]
+        codes = [wait_child(pid, timeout_s) for pid in (sender, receiver)]
         if any(codes):
             raise RuntimeError(f"the messages failed (sender, receiver exit codes {codes})")
         return json.loads(os.read(result_r, 1 << 16).decode())
@@ -315,7 +315,7 @@ def message_times(
         os.close(result_r)
 
 
-def _fork(work) -> int:
+def fork_child(work) -> int:
     """Run ``work()`` in a forked child that never returns into the caller; exit code 0 if it ran."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -332,7 +332,7 @@ def _fork(work) -> int:
     return pid
 
 
-def _wait(pid: int, timeout_s: float) -> int:
+def wait_child(pid: int, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
