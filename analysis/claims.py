@@ -80,7 +80,7 @@ RULE = (
 # What a verdict row repeats of its claim as it is.
 CLAIM_FIELDS = [
     *("paper", "id", "claim", "source", "quantity", "paper_value", "conditions", "setting", "experiment"),
-    *("algorithm", "baseline"),
+    *("algorithm", "baseline", "assumed"),
 ]
 RATIOS = {"throughput_speedup", "speedup"}
 ORDERINGS = {"final_metric_above"}
@@ -91,7 +91,7 @@ NOT_CONDITIONS = {"suite", "run_id", "out", "data_root", "wandb", "wandb_project
 COLUMNS = [
     "paper", "id", "claim", "source", "quantity", "paper_value", "value", "low", "high", "coverage", "verdict", "why",
     "seeds", "unfinished", "nodes", "network", "clock", "conditions", "setting", "experiment", "suite",
-    "sim_network", "algorithm", "baseline",
+    "sim_network", "algorithm", "baseline", "assumed",
 ]  # fmt: skip
 
 
@@ -122,6 +122,7 @@ class Claim:
     # (``validation_cases.validated_pairs``).
     pair_validation: str = "test"
     baseline_implied: str = ""  # what the paper's own numbers imply of the baseline's cost, with the derivation
+    assumed: str = ""  # the conditions the paper does not state, each with where this suite's value comes from
 
     @property
     def simulated(self) -> bool:

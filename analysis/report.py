@@ -482,6 +482,7 @@ def claim_lines(
                 ),
             ),
             ("conditions", where(row)),
+            ("assumed (the paper does not state it)", row.get("assumed", "")),
         ]
         lines.append(
             {

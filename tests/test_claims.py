@@ -373,6 +373,7 @@ def test_the_claims_read_which_pairs_the_validation_scores():
     assert loaded["wagma-adpsgd"].pair_validation == "fit"
     assert loaded["daso-horovod"].pair_validation == "" and loaded["daso-classic-16"].pair_validation == ""
     assert loaded["daso-horovod"].baseline_implied
+    assert "per-GPU batch of 256" in loaded["daso-horovod"].assumed  # what the paper does not state, marked
 
 
 def test_a_deterministic_run_gives_one_value_and_no_interval(tmp_path):
