@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import algorithms
 from analysis import claims, intervals
 from benchmarks import config
 
@@ -225,7 +226,9 @@ def test_a_required_knob_binds_only_the_runs_of_the_algorithm_that_has_it(tmp_pa
     assert claims.evaluate(c, table)["verdict"] == claims.UNMEASURED
 
 
-ALGORITHMS_OF_CLAIMS = sorted({name for c in claims.load() for name in (c.algorithm, c.baseline)})
+# The registered algorithms the claims name; a claim whose baseline is not in the suite (eager-SGD) says
+# so in its experiment and is never measured.
+ALGORITHMS_OF_CLAIMS = sorted({n for c in claims.load() for n in (c.algorithm, c.baseline) if n in algorithms.names()})
 
 
 def test_every_required_key_is_written_by_a_real_run_of_the_claims_algorithms(tmp_path, run_benchmark):
@@ -244,6 +247,9 @@ def test_every_required_key_is_written_by_a_real_run_of_the_claims_algorithms(tm
         assert result.returncode == 0, result.stderr[-2000:]
         written[name] = set(claims.run_config(str(out)))  # config.json's keys, and env.json's device
     for c in claims.load():
+        if {c.algorithm, c.baseline} - set(algorithms.names()):
+            assert c.experiment.startswith("none"), c.id  # not runnable here, and it says so
+            continue
         for key in c.requires:
             assert key in written[c.algorithm] | written[c.baseline], (c.id, key)
 
@@ -267,6 +273,9 @@ def test_the_claims_config_builds_every_simulated_claims_conditions_and_its_netw
                         (algorithm, {**merged, "task": task, "nodes": nodes, "procs_per_node": m["procs_per_node"]})
                     )
     for c in loaded:
+        if c.experiment.startswith("none"):  # no config can make its runs yet: the reason follows
+            assert len(c.experiment) > len("none: ") + 20, c.id
+            continue
         if not c.experiment.startswith("config/claims.yaml"):
             assert (ROOT / c.experiment.split()[0]).is_file(), c.id
             continue
