@@ -55,7 +55,7 @@ from analysis import (
     tables,
 )
 from analysis.aggregate import CONDITION, INCOMPLETE
-from benchmarks import naming
+from benchmarks import naming, validation_cases
 
 FILES = {
     "runs": "tables/runs.csv",
@@ -528,36 +528,19 @@ def validation_section(path: Path) -> dict | None:
     section = {"summary": summary or "no test rows", "table": cells(shown), "ratio_summary": None, "ratios": None}
     if ratios_path(path).is_file():
         ratios = pd.read_csv(ratios_path(path))
-        section["ratio_summary"] = cells(ratio_summary(ratios))
+        summary = validation_cases.ratio_summary(ratios.to_dict("records"))
+        shown_summary = pd.DataFrame(
+            summary, columns=["network", "family", "test_ratios", "geomean_abs_error", "largest_abs_error", "largest"]
+        )
+        for column in ("geomean_abs_error", "largest_abs_error"):
+            shown_summary[column] = shown_summary[column].map(lambda e: f"{e:.1%}")
+        section["ratio_summary"] = cells(shown_summary)
         listed = ratios[["ratio", "network", "family", "role", "measured", "predicted", "relative_error"]].copy()
         listed["relative_error"] = listed["relative_error"].map(lambda e: f"{e:+.1%}")
         for column in ("measured", "predicted"):
             listed[column] = listed[column].map(lambda v: f"{v:.3f}×")
         section["ratios"] = cells(listed)
     return section
-
-
-def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
-    """Per network and family, the test speed-ups' count, geomean and largest |error| (and where)."""
-    tested = ratios[ratios["role"] == "test"].copy()
-    tested["abs"] = tested["relative_error"].abs()
-    rows = []
-    for (net, family), g in tested.groupby(["network", "family"]):
-        worst = g.loc[g["abs"].idxmax()]
-        geomean = float(np.exp(np.log(np.maximum(g["abs"], 1e-12)).mean()))
-        rows.append(
-            {
-                "network": net,
-                "family": family,
-                "test ratios": len(g),
-                "geomean |error|": f"{geomean:.1%}",
-                "largest |error|": f"{worst['relative_error']:+.1%}",
-                "largest at": worst["ratio"],
-            }
-        )
-    return pd.DataFrame(
-        rows, columns=["network", "family", "test ratios", "geomean |error|", "largest |error|", "largest at"]
-    )
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:

@@ -7,6 +7,7 @@ where its numbers come from.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -108,3 +109,35 @@ def validated_pairs(path: Path = CASES) -> dict[tuple[str, str, str], str]:
         role = "test" if a["role"] == b["role"] == "test" else "fit"
         note(a["network"], algorithm_of(a["run"]), algorithm_of(b["run"]), role)
     return roles
+
+
+def geomean_abs(errors: list[float]) -> float:
+    """The geometric mean of |e|: one large error does not hide the rest, as in an arithmetic mean."""
+    if not errors:
+        return math.nan
+    if any(e == 0 for e in errors):
+        return 0.0
+    return math.exp(sum(math.log(abs(e)) for e in errors) / len(errors))
+
+
+def ratio_summary(ratios: list[dict]) -> list[dict]:
+    """Per network and family, the test ratios' count, geomean |error| and largest |error| (with its
+    ratio): what a verdict's ratio may be off by, where errors of two algorithms add instead of cancel."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in ratios:
+        if r["role"] == "test":
+            groups.setdefault((r["network"], r["family"]), []).append(r)
+    summary = []
+    for (net, family), rs in sorted(groups.items()):
+        worst = max(rs, key=lambda r: abs(r["relative_error"]))
+        summary.append(
+            {
+                "network": net,
+                "family": family,
+                "test_ratios": len(rs),
+                "geomean_abs_error": geomean_abs([r["relative_error"] for r in rs]),
+                "largest_abs_error": abs(worst["relative_error"]),
+                "largest": worst["ratio"],
+            }
+        )
+    return summary

@@ -55,9 +55,11 @@ from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, u
     ROLES,
     UNITS,
     algorithm_of,
+    geomean_abs,
     load,
     pairs,
     ratio_rules,
+    ratio_summary,
 )
 from benchmarks.virtual import calibrate, job, network
 from benchmarks.virtual.clock import FORWARD_SHARE
@@ -73,15 +75,6 @@ COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error
 def relative_error(measured: float, predicted: float) -> float:
     """Signed: the prediction over the measurement, less 1 (+0.1 predicts 10 % too high)."""
     return predicted / measured - 1.0
-
-
-def geomean_abs(errors: list[float]) -> float:
-    """The geometric mean of |e|: one large error does not hide the rest, as in an arithmetic mean."""
-    if not errors:
-        return math.nan
-    if any(e == 0 for e in errors):
-        return 0.0
-    return math.exp(sum(math.log(abs(e)) for e in errors) / len(errors))
 
 
 def geomean_by_network(rows: list[dict] | Path | str = OUT) -> dict[str, float]:
@@ -156,29 +149,6 @@ def ratio_rows(cases: list[dict], rows: dict[str, dict], rules: list[dict]) -> l
         role = "test" if a["role"] == b["role"] == "test" else "fit"
         add(f"{case['case']} over {base['case']}", case, base["run"], measured, predicted, role)
     return out
-
-
-def ratio_summary(ratios: list[dict]) -> list[dict]:
-    """Per network and family, the test ratios' count, geomean |error| and largest |error| (with its
-    ratio): what a verdict's ratio may be off by, where errors of two algorithms add instead of cancel."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in ratios:
-        if r["role"] == "test":
-            groups.setdefault((r["network"], r["family"]), []).append(r)
-    summary = []
-    for (net, family), rs in sorted(groups.items()):
-        worst = max(rs, key=lambda r: abs(r["relative_error"]))
-        summary.append(
-            {
-                "network": net,
-                "family": family,
-                "test_ratios": len(rs),
-                "geomean_abs_error": geomean_abs([r["relative_error"] for r in rs]),
-                "largest_abs_error": abs(worst["relative_error"]),
-                "largest": worst["ratio"],
-            }
-        )
-    return summary
 
 
 # -- the runs -----------------------------------------------------------------------------------
