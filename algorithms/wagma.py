@@ -212,7 +212,7 @@ class WAGMA(Algorithm):
         group = self.group if self.mode == "wait_avoiding" else None
         for mask in wagma_phase_masks(self.topology.world_size, self.group_size, version, self.printed):
             peer, incoming = self.topology.rank ^ mask, torch.empty_like(acc)
-            # Both peers send first. Posted as one group (ncclGroupStart/End under NCCL): NCCL's send
+            # Both peers send and receive, posted as one group (ncclGroupStart/End under NCCL): NCCL's send
             # of a large message waits for the peer's receive, so two sends posted alone deadlock.
             works = comm.batch_isend_irecv(
                 [

@@ -8,8 +8,12 @@ median over ``reps`` rounds, each after 10 ms idle, of: the bytes at the links' 
 (what the virtual cluster's twin charges, less its per-message latency); a plain TCP exchange, both
 ends of one connection sending the bytes at once; and, between two gloo ranks, an all-reduce of the
 bytes (a ring of 2 sends half each way twice), an exchange (one ``isend`` and one ``irecv`` each, as
-D-PSGD's), the receive posted first, and the exchange in 8 and in 33 rounds, each waited for
-(``algorithms.comm.exchange``'s ``segments``). Results: docs/measurements.md.
+D-PSGD's) with the send or the receive posted first, and the exchange in 8 and in 33 rounds, each
+waited for (``algorithms.comm.exchange``'s ``segments``); each round after a barrier. The "in a
+loop" rows run 24 rounds of 7 ms busy compute then the operation with no barrier, as a training
+loop does, less the compute alone: there the send posted first costs 2x the link
+(``algorithms.comm.batch_isend_irecv`` posts receives first for this reason). gloo's rows are
+prefixed "gloo". Results: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch.distributed as dist
 from benchmarks import netns
 
 GAP_S = 0.01  # idle before each round, as a rank's compute before its messages
+LOOP_COMPUTE_MS = 7.0  # a digits batch on one core (docs/measurements.md), before each op of the loop rows
 PORT = 29611  # the gloo ranks' rendezvous; the TCP exchange takes netns.PORT
 
 
@@ -95,19 +100,50 @@ def _gloo_rank(rank: int, network: netns.Network, nbytes: int, reps: int, result
         def run() -> None:
             for a, b in zip(x.chunk(rounds), y.chunk(rounds)):
                 ops = [dist.P2POp(dist.isend, a, peer), dist.P2POp(dist.irecv, b, peer)]
-                for work in dist.batch_isend_irecv(ops[::-1] if receive_first else ops):
+                for work in dist.batch_isend_irecv(
+                    ops[::-1] if receive_first else ops
+                ):  # not comm's: its order is fixed
                     work.wait()
 
         return run
 
+    def in_a_loop(op, compute_ms: float, steps: int = 24):
+        """``steps`` rounds of busy compute then ``op``, no barrier between them, as a training loop
+        runs: ms a round less the compute alone (measured first, on this rank)."""
+        a, b = torch.randn(96, 96), torch.randn(96, 96)
+
+        def compute() -> None:
+            end = time.perf_counter() + compute_ms / 1e3
+            while time.perf_counter() < end:
+                a.mul_(0.5).add_(b @ b, alpha=1e-6)
+
+        def rounds(with_op: bool) -> float:
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(steps):
+                compute()
+                if with_op:
+                    op()
+            return (time.perf_counter() - start) / steps * 1e3
+
+        return rounds(True) - rounds(False)
+
+    loops = {
+        "all-reduce, in a loop": in_a_loop(lambda: dist.all_reduce(x), LOOP_COMPUTE_MS),
+        "exchange, in a loop": in_a_loop(exchange(1), LOOP_COMPUTE_MS),
+        "exchange, receive first, loop": in_a_loop(exchange(1, receive_first=True), LOOP_COMPUTE_MS),
+    }
     timed = {
-        "gloo all-reduce": lambda: dist.all_reduce(x),
-        "gloo exchange": exchange(1),
-        "gloo exchange, receive first": exchange(1, receive_first=True),
-        "gloo exchange in 8 rounds": exchange(8),
-        "gloo exchange in 33 rounds": exchange(33),
+        "all-reduce": lambda: dist.all_reduce(x),
+        "exchange": exchange(1),
+        "exchange, receive first": exchange(1, receive_first=True),
+        "exchange in 8 rounds": exchange(8),
+        "exchange in 8 rounds, receive first": exchange(8, receive_first=True),
+        "exchange in 33 rounds": exchange(33),
+        "exchange in 33 rounds, receive first": exchange(33, receive_first=True),
     }
     out = {name: _median_ms(fn, reps, before=dist.barrier) for name, fn in timed.items()}
+    out = {f"gloo {name}": ms for name, ms in (out | loops).items()}
     if rank == 0:
         os.write(result_w, json.dumps(out).encode())
     dist.destroy_process_group()
@@ -143,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         rows |= gloo_ms(network, nbytes, args.reps)
     print(f"{nbytes} bytes each way between 2 nodes at {args.rate_mbit:g} Mbit/s, median of {args.reps}:")
     for name, ms in rows.items():
-        print(f"  {name:<32} {ms:7.1f} ms  {ms / link_ms:5.2f}x the link")
+        print(f"  {name:<42} {ms:7.1f} ms  {ms / link_ms:5.2f}x the link")
     return 0
 
 
