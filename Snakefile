@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 import yaml
-from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
 from benchmarks import EXIT_TIMEOUT, controller, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
 
 STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
+FINISHED = "results/logs/finished.txt"  # written when it ends without error (onsuccess)
 CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m benchmarks.virtual.calibrate), beside its .png
 VALIDATION = "results/tables/validation.csv"  # by hand (python -m benchmarks.validate)
 
@@ -38,18 +38,23 @@ CONTROLLER = controller.take_over(Path.cwd(), sys.argv[1:]) if workflow.is_main_
 
 if not config:  # a --configfile replaces the default matrix instead of being merged into it
     config.update(yaml.safe_load(open(Path(workflow.basedir) / "config/config.yaml")))
-validate(config, schema="config/schema.yaml")
 
 PY = sys.executable  # the interpreter running snakemake: the suite's environment, activated or not
-MATRICES = run_config.matrices(config)  # one, or several under `matrices:` (one suite each)
-BY_SUITE = {m["suite"]: m for m in MATRICES}
 RUN_ID = naming.run_id("{task}", "{algorithm}", "{nodes}", "{ppn}", "{seed}")  # with wildcards for fields
 RUN = "results/runs/{suite}/" + RUN_ID
+try:  # the matrix file and every run it makes, before any job: a mistake is one line, as on the command line
+    run_config.check_matrix_file(config)
+    MATRICES = run_config.matrices(config)  # one, or several under `matrices:` (one suite each)
+    for m in MATRICES:
+        simulated = m["set"].get("clock") == "simulated"  # on the virtual cluster, every simulated algorithm runs
+        m["algorithms"] = run_config.available_algorithms(m["algorithms"], simulated)  # one line for each it skips
+        run_config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
+except run_config.ConfigError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+BY_SUITE = {m["suite"]: m for m in MATRICES}
 RUNS, LAYOUTS = [], set()  # LAYOUTS: (suite, task, nodes, procs per node) that have runs, for the figures
 for m in MATRICES:
-    simulated = m["set"].get("clock") == "simulated"  # on the virtual cluster, every simulated algorithm runs
-    m["algorithms"] = run_config.available_algorithms(m["algorithms"], simulated)  # says in one line what it skips
-    run_config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
     RUNS += expand(RUN + "/summary.json", suite=m["suite"], task=m["tasks"], algorithm=m["algorithms"],
                    nodes=m["nodes"], ppn=m["procs_per_node"], seed=m["seeds"])
     if m["algorithms"] and m["seeds"]:
@@ -105,15 +110,20 @@ def stop_forkserver(log):
         server.wait()
 
 
-onsuccess: stop_forkserver(log)
+onsuccess:  # when it ended: a report rebuilt by hand later still says how long the workflow took
+    stop_forkserver(log)
+    Path(FINISHED).write_text(f"{time.time():.3f}\n")
 
 
 onerror: stop_forkserver(log)
 
 
+# Every run of the matrix, not only the report: without Snakemake's metadata (.snakemake/ removed,
+# results copied from another checkout) an up-to-date report would not make its missing inputs.
 rule all:
     default_target: True
     input:
+        RUNS,
         "results/report.html",
         "results/logs/wandb.txt",
 

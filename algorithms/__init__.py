@@ -83,15 +83,21 @@ def get(name: str) -> type[Algorithm]:
 
 
 def params(name: str) -> dict[str, tuple[object, object]]:
-    """``{knob: (type, default)}`` for the keyword-only constructor arguments of ``name``."""
+    """``{knob: (type, default)}`` for the keyword-only constructor arguments of ``name`` that it
+    reads (``Algorithm.own_knobs`` where set)."""
     cls = get(name)
     hints = typing.get_type_hints(cls.__init__)
     signature = inspect.signature(cls.__init__)
     return {
         p.name: (hints[p.name], p.default)
         for p in signature.parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and (cls.own_knobs is None or p.name in cls.own_knobs)
     }
+
+
+def owners(knob: str) -> list[str]:
+    """The registered algorithms that have ``knob``: where a run's algorithm does not, who does."""
+    return [name for name in REGISTRY if knob in params(name)]
 
 
 def build(name: str, topology: Topology, **knobs: object) -> Algorithm:

@@ -140,6 +140,9 @@ class Algorithm(abc.ABC):
     owns_loop: ClassVar[bool] = False  # the runner calls ``train_epoch`` (``LoopAlgorithm``) instead of ``step``
     tracks_spread: ClassVar[bool] = False  # models differ between syncs; the runner logs ``model_spread()``
     sgd_only: ClassVar[bool] = False  # it applies its own SGD-momentum rule, not the run's optimizer
+    # Where sibling classes share one constructor (the parameter-server family), the knobs this one
+    # reads: the others are not offered for it (``algorithms.params``). None: every keyword argument.
+    own_knobs: ClassVar[tuple[str, ...] | None] = None
     # What runs it under ``--set clock=simulated``: "virtual" (the runner's loop, this class's own code,
     # on the virtual cluster's ranks: benchmarks/virtual/), "arrivals" (the parameter server's
     # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).

@@ -429,36 +429,42 @@ class ASGD(ParameterServer):
     """ASGD: plain asynchronous SGD on a parameter server, no momentum (the gap analyses' reference)."""
 
     RULE = "asgd"
+    own_knobs = ()
 
 
 class NAGASGD(ParameterServer):
     """NAG-ASGD: asynchronous SGD with one Nesterov momentum at the master, shared by all workers."""
 
     RULE = "nag_asgd"
+    own_knobs = ("nag_form",)
 
 
 class MultiASGD(ParameterServer):
     """Multi-ASGD: asynchronous SGD with one heavy-ball momentum per worker at the master."""
 
     RULE = "multi_asgd"
+    own_knobs = ()
 
 
 class DCASGD(ParameterServer):
     """DC-ASGD: per-worker momentum on delay-compensated gradients (Zheng et al. 2017)."""
 
     RULE = "dc_asgd"
+    own_knobs = ("dc_lambda", "dc_mode", "dc_decay", "dc_eps")
 
 
 class DANAZero(ParameterServer):
     """DANA-Zero: per-worker momentum; workers compute on the master's estimated future position."""
 
     RULE = "dana_zero"
+    own_knobs = ()
 
 
 class DANASlim(ParameterServer):
     """DANA-Slim: DANA-Zero's look-ahead with the momentum kept on the workers (no master overhead)."""
 
     RULE = "dana_slim"
+    own_knobs = ()
     worker_momentum = True
 
 
@@ -466,3 +472,4 @@ class DANADC(ParameterServer):
     """DANA-DC: DANA-Zero with delay-compensated gradients."""
 
     RULE = "dana_dc"
+    own_knobs = ("dc_lambda", "dc_mode", "dc_decay", "dc_eps", "dc_anchor")

@@ -309,7 +309,6 @@ def _paired(runs: pd.DataFrame, claim: Claim, requires: dict[str, object]) -> tu
     finished = ["completed"] if claim.quantity in RATIOS else ["completed", "diverged"]
     done = chosen["status"].isin(finished)
     unfinished, chosen = int((~done).sum()), chosen[done].copy()
-    chosen["step_s"] = chosen["wall_s"] / chosen["steps"]
     column = {"throughput_speedup": "step_s", "speedup": "wall_s", "final_metric_above": "final_metric"}
     chosen["measure"] = chosen[column[claim.quantity]].astype(float)
     on = ["seed", "nodes", "procs_per_node", "task", "pairing"]

@@ -13,6 +13,7 @@ import difflib
 import sys
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,6 +219,14 @@ def resolve(
         given.append(key)
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected key=value, for example --set lr=0.1")
+        if key not in known and (owners := algorithms.owners(key)):
+            mine = ", ".join(knobs) or "none"
+            raise ConfigError(
+                f"--set {key}: algorithm {algorithm!r} has no knob {key!r}; it is a knob of "
+                f"{', '.join(owners)} (the knobs of {algorithm}: {mine})"
+            )
+        if key not in known and (holders := [t for t in tasks.REGISTRY if key in tasks.get(t).hparams]):
+            raise ConfigError(f"--set {key}: task {task!r} has no hyper-parameter {key!r}; {', '.join(holders)} have")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -375,9 +384,11 @@ def _check_values(config: RunConfig) -> None:
                 f"--set sim_inter_speed: must be positive (1: the preset's link), got {s['sim_inter_speed']}"
             )
         try:
-            network.load(s["sim_network"])
+            net = network.load(s["sim_network"])
         except ValueError as error:
             raise ConfigError(f"--set sim_network: {error}") from None
+        for line in network.looks_like_bits(net):
+            warnings.warn(f"--set sim_network={s['sim_network']}: {line}", stacklevel=2)
     if s["link_queue_ms"] <= 0:
         raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s['link_queue_ms']} (default 50)")
     if s["link_mbit"] < 0:
@@ -476,6 +487,38 @@ def available_algorithms(names: list[str], simulated: bool = False) -> list[str]
 
 
 MATRIX_KEYS = ("suite", "algorithms", "tasks", "nodes", "procs_per_node", "seeds", "set")
+SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+def check_matrix_file(config: dict[str, object], name: str = "the matrix") -> None:
+    """Check a workflow config against ``config/schema.yaml``; raise ``ConfigError`` with one line
+    that names the key, what it should be, and a close key for a misspelt one (no schema dump)."""
+    import jsonschema  # snakemake's dependency: only the workflow and its tests check matrix files
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:
+        return
+    where = "".join(f"[{p + 1}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(error.path))
+    at = f" in {where}" if where else ""
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        hints = [f"{k!r}{_did_you_mean(k, allowed)}" for k in unknown]
+        raise ConfigError(f"{name}: unknown key {', '.join(hints)}{at}; the keys are {', '.join(allowed)}")
+    if error.validator == "type":
+        kind = {"array": "a list, e.g. [a, b]", "object": "a mapping of key: value", "integer": "a whole number"}
+        expected = kind.get(error.validator_value, error.validator_value)
+        raise ConfigError(f"{name}: {where} must be {expected}, got {error.instance!r}")
+    if error.validator in ("required", "anyOf"):
+        need = "suite, algorithms, tasks, nodes, procs_per_node and seeds (or matrices:)"
+        raise ConfigError(f"{name}: {error.message}{at}; a matrix gives {need}")
+    raise ConfigError(f"{name}: {where or 'the file'}: {error.message}")
+
+
+def _did_you_mean(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def matrices(config: dict[str, object]) -> list[dict[str, object]]:

@@ -275,6 +275,11 @@ def global_max(value: float) -> float:
     return all_reduce_numbers([float(value)], dist.ReduceOp.MAX)[0].item()
 
 
+def slowest(*values: float) -> list[float]:
+    """Each of ``values``' maximum over the job's ranks, in one collective."""
+    return all_reduce_numbers([float(v) for v in values], dist.ReduceOp.MAX).tolist()
+
+
 def host_names() -> list[str]:
     """Every rank's host name, by rank (a collective)."""
     hosts = [None] * dist.get_world_size()

@@ -92,6 +92,7 @@ METRIC_COLUMNS = (
     "step",
     "samples",
     "wall_s",
+    "eval_s",  # of wall_s, the seconds spent evaluating (wall_s less the slowest rank's training)
     "train_loss",
     "val_loss",
     "val_metric",
@@ -111,6 +112,7 @@ MEASUREMENTS = (
     "steps",
     "samples",
     "wall_s",
+    "step_s",  # seconds a training step: wall_s less the evaluations, over the steps
     "throughput",
     "comm_share",
     "sent_mb",

@@ -67,6 +67,7 @@ class Recorder:
         self.best, self.time_to_target_s, self.epochs_to_target, self.sent_mb_to_target = -math.inf, None, None, None
         self.target_step_s = None  # how finely the time to target is resolved: its evaluation's distance to the last
         self.row: dict[str, object] = {}
+        self.eval_s = 0.0  # this rank's seconds of evaluation so far (the runner adds each evaluation's)
         self.columns = [*rundir.METRIC_COLUMNS, *columns]
         self.csv = None
         if writes:
@@ -119,6 +120,7 @@ class Recorder:
             "steps": steps,
             "samples": samples,
             "wall_s": wall,
+            "step_s": (wall - (row.get("eval_s") or 0.0)) / steps if steps else None,
             "throughput": samples / wall if wall else None,
             "comm_share": (row["comm_s"] / wall) if row.get("comm_s") is not None and wall else None,
             "sent_mb": row.get("sent_mb"),
@@ -152,11 +154,13 @@ class Recorder:
             "sent_mb_to_target": self.sent_mb_to_target,
             "target_step_s": self.target_step_s,
             "row": dict(self.row),
+            "eval_s": self.eval_s,
             "sent_bytes": comm.sent_bytes(),
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.best, self.row = state["best"], dict(state["row"])
+        self.eval_s = state.get("eval_s", 0.0)
         self.time_to_target_s, self.epochs_to_target = state["time_to_target_s"], state["epochs_to_target"]
         self.sent_mb_to_target, self.target_step_s = state["sent_mb_to_target"], state.get("target_step_s")
         comm.set_sent_bytes(state["sent_bytes"])

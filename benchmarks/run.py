@@ -55,9 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="run directory to write")
     knob = "override a task hyper-parameter, algorithm knob or run setting (repeatable)"
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=knob)
-    deferred = (
-        "leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow's, for all runs at once)"
-    )
+    deferred = "leave the run's wandb record to `python -m benchmarks.wandb_records` (the workflow's, for all runs)"
     p.add_argument("--defer-wandb", action="store_true", help=deferred)
     p.add_argument("--keep-finished", action="store_true", help="exit 0 on a finished run's folder (the workflow's)")
     p.add_argument("--list", action="store_true", help="list algorithms and tasks with their parameters")
@@ -93,11 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
         code = launcher.run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
-        print(
-            f"error: the launcher started {launch.world_size} ranks, but --nodes {cfg.nodes} x "
-            f"--procs-per-node {cfg.procs_per_node} = {cfg.world_size}",
-            file=sys.stderr,
-        )
+        sizes = f"--nodes {cfg.nodes} x --procs-per-node {cfg.procs_per_node} = {cfg.world_size}"
+        print(f"error: the launcher started {launch.world_size} ranks, but {sizes}", file=sys.stderr)
         return 2
     else:
         code = train(cfg, launch)
@@ -206,8 +201,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
             rundir.write_json_atomic(cfg.out / "env.json", env)
             resumed = f", resumed at epoch {loop.epoch} batch {resume.batch}" if resume else ""
             logger.info(
-                f"{cfg.algorithm} on {cfg.task}: {cfg.nodes} nodes x {cfg.procs_per_node} procs ({backend}, "
-                f"{launch.launcher}), {steps_per_epoch} steps/epoch{resumed}"
+                f"{cfg.algorithm} on {cfg.task}: {cfg.nodes} nodes x {cfg.procs_per_node} procs "
+                f"({'the virtual cluster' if in_virtual else f'{backend}, {launch.launcher}'}), {steps_per_epoch} steps/epoch{resumed}"
             )
         skip = resume.batch if resume else 0  # batches of the first epoch done before the checkpoint
         shown = dict(unit="step", desc=f"{cfg.algorithm}/{cfg.task}", mininterval=1.0, leave=False)
@@ -281,15 +276,19 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
                             group["lr"] = base * schedule(loop.step)
                     if not evaluation_due(epoch, h, train_loss):
                         continue
+                evaluated = now()
                 with comm.uncounted():  # evaluating is not the algorithm's traffic
                     spread = algo.model_spread() if algo.tracks_spread else None  # before any averaging
                     now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
                     val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
+                record.eval_s, elapsed = record.eval_s + now() - evaluated, now() - t0
+                clock_s, train_s = launcher.slowest(elapsed, elapsed - record.eval_s)  # the run's clock and training
                 row = {
                     "epoch": epoch + 1 if end == steps_per_epoch else round(epoch + end / steps_per_epoch, 4),
                     "step": loop.step if end == steps_per_epoch else loop.step + end,
                     "samples": samples,
-                    "wall_s": launcher.global_max(now() - t0),
+                    "wall_s": clock_s,
+                    "eval_s": clock_s - train_s,
                     "train_loss": train_loss,
                     "val_loss": val_loss,
                     "val_metric": val_metric,

@@ -40,6 +40,7 @@ from torch.utils.data import DataLoader
 import algorithms
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
+from algorithms.topology import Topology
 from benchmarks import launcher, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
@@ -86,17 +87,9 @@ def simulate(cfg: RunConfig) -> int:
         print(f"error: batch_size {batch} exceeds the training set", file=sys.stderr)
         return 2
     lr_factor = LRSchedule(h, updates_per_epoch, workers)  # warm-up from 1/P of the (resolved) peak
-    p = cfg.algorithm_params
-    server = algorithms.get(cfg.algorithm)  # its rule, where its workers keep a momentum, its columns
-    master = async_rules.make_master(
-        server.RULE,
-        theta,
-        workers,
-        h["momentum"],
-        nag_form=p["nag_form"],
-        dc_anchor=p["dc_anchor"],
-        dc={"lam0": p["dc_lambda"], "mode": p["dc_mode"], "decay": p["dc_decay"], "eps": p["dc_eps"]},
-    )
+    # the algorithm as the runner builds it: its rule, its knobs as the rule takes them, its columns
+    server = algorithms.build(cfg.algorithm, Topology(0, 1, workers + 1), **cfg.algorithm_params)
+    master = async_rules.make_master(server.RULE, theta, workers, h["momentum"], **server.rule_knobs)
     clock = Clock(s, workers, theta.numel(), cfg.seed)
     sent = theta.repeat(workers, 1)  # what each worker computes its next gradient on
     sent_at = [0] * workers
@@ -171,6 +164,7 @@ def simulate(cfg: RunConfig) -> int:
                 "step": updates,
                 "samples": updates * batch,
                 "wall_s": now,
+                "eval_s": 0.0,  # evaluating the master's model costs no simulated time
                 "train_loss": train_loss,
                 "val_loss": val_loss,
                 "val_metric": val_metric,

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import algorithms
 from algorithms.topology import Topology
 from benchmarks import config, rundir
 from benchmarks.schedule import LRSchedule, make_optimizer
@@ -367,3 +368,34 @@ def test_every_config_resolves_every_run(name):
                 sets = config.overrides_for(algorithm, task, m["overrides"])
                 for nodes in m["nodes"]:
                     config.resolve(algorithm, task, nodes, m["procs_per_node"], 0, Path("x"), sets, check_data=False)
+
+
+def test_a_matrix_files_mistakes_read_as_one_line_with_the_fix():
+    base = {"suite": "t", "algorithms": ["ddp"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2, "seeds": [0]}
+    config.check_matrix_file(base)  # a good one passes
+    cases = {
+        "unknown key 'seed' (did you mean 'seeds'?)": {**{k: v for k, v in base.items() if k != "seeds"}, "seed": [0]},
+        "tasks must be a list, e.g. [a, b], got 'mnist1d_large'": {**base, "tasks": "mnist1d_large"},
+        "unknown key 'node' (did you mean 'nodes'?) in matrices[1]": {
+            **base,
+            "matrices": [{"suite": "a", "node": [2]}],
+        },
+    }
+    for expected, matrix in cases.items():
+        with pytest.raises(config.ConfigError) as error:
+            config.check_matrix_file(matrix)
+        message = str(error.value)
+        assert expected in message and "\n" not in message and "properties" not in message, message
+
+
+def test_a_knob_of_another_algorithm_is_refused_naming_its_owner(tmp_path):
+    with pytest.raises(
+        config.ConfigError, match=r"algorithm 'allreduce' has no knob 'group_size'; it is a knob of wagma"
+    ):
+        config.resolve("allreduce", "digits", 2, 2, 0, tmp_path, ["group_size=8"])
+    with pytest.raises(config.ConfigError, match=r"it is a knob of dc_asgd, dana_dc \(the knobs of asgd: none\)"):
+        config.resolve("asgd", "digits", 1, 3, 0, tmp_path, ["dc_lambda=3"])
+    # each parameter-server algorithm offers only the knobs its rule reads
+    assert algorithms.params("asgd") == {} and list(algorithms.params("nag_asgd")) == ["nag_form"]
+    assert set(algorithms.params("dana_dc")) == {"dc_lambda", "dc_mode", "dc_decay", "dc_eps", "dc_anchor"}
+    assert config.resolve("dc_asgd", "digits", 1, 3, 0, tmp_path, ["dc_lambda=3"]).algorithm_params["dc_lambda"] == 3.0

@@ -113,7 +113,7 @@ def _run(run_command: list[str], case: str, out: Path) -> subprocess.CompletedPr
 IN_FLIGHT_MB = {"dana_slim": (43_666 + 2) * 4 / 2 / 1e6}
 
 
-def _metrics(out: Path, timed: tuple[str, ...] = ("wall_s", "comm_s", "idle_s")) -> list[list[str]]:
+def _metrics(out: Path, timed: tuple[str, ...] = ("wall_s", "eval_s", "comm_s", "idle_s")) -> list[list[str]]:
     """metrics.csv without the columns that are timings (wall_s, comm_s, idle_s)."""
     rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()]
     keep = [i for i, name in enumerate(rows[0]) if name not in timed]
@@ -179,7 +179,7 @@ def test_a_run_stopped_by_sigterm_resumes_to_the_uninterrupted_result(tmp_path, 
     else:
         assert summary["epochs_to_target"] == reference["epochs_to_target"]
     if case in IN_FLIGHT_MB:  # the same numbers, and the bytes within the messages in flight
-        timed = ("wall_s", "comm_s", "idle_s", "sent_mb")
+        timed = ("wall_s", "eval_s", "comm_s", "idle_s", "sent_mb")
         assert _metrics(out, timed) == _metrics(tmp_path / "whole", timed), "metrics.csv: rows appended"
         for a, b in zip(_sent_mb(out), _sent_mb(tmp_path / "whole"), strict=True):
             assert abs(a - b) <= IN_FLIGHT_MB[case] * 1.000001, (a, b)

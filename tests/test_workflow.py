@@ -96,6 +96,14 @@ def test_bad_matrix_stops_before_any_job(tmp_path):
     extra = dict(matrix, algorithms=["ddp"], colour="red")
     result = _snakemake(_workdir(tmp_path / "b", extra), "-n")
     assert result.returncode != 0 and "colour" in result.stdout + result.stderr
+    # a misspelt key or a misspelt setting: one line with the fix, no schema dump, no traceback
+    typo = {k: v for k, v in matrix.items() if k != "seeds"} | {"algorithms": ["ddp"], "seed": [0]}
+    setting = dict(matrix, algorithms=["ddp"], set={"clock": "simulated", "sim_netwrok": "piz_daint"})
+    for name, bad, expected in (("c", typo, "did you mean 'seeds'?"), ("d", setting, "did you mean 'sim_network'?")):
+        result = _snakemake(_workdir(tmp_path / name, bad), "-n")
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and expected in output, output[-2000:]
+        assert "Traceback" not in output and "properties" not in output and "File " not in output, output[-2000:]
 
 
 def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
@@ -140,6 +148,20 @@ def test_tiny_sweep_ends_in_a_report_with_a_failed_run(tmp_path):
     assert re.search(r"The workflow's last invocation took \d+\.\d minutes to this report", html)
     assert (work / "results/tables/time_to_target.md").exists()
     assert (work / "results/figures/tiny__digits__n1x2__metric_vs_time.png").stat().st_size > 1000
+    # Results carried to another checkout: no .snakemake/, the report rebuilt by hand. Another matrix's
+    # dry run still lists each of its missing runs, and the rebuilt report keeps the workflow's duration.
+    took = float(re.search(r"last invocation took (\d+\.\d) minutes", html).group(1))
+    shutil.rmtree(work / ".snakemake")
+    rebuilt = subprocess.run([sys.executable, "-m", "analysis.report"], cwd=work, capture_output=True, text=True)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    again = float(re.search(r"last invocation took (\d+\.\d) minutes", (work / "results/report.html").read_text())[1])
+    assert abs(again - took) <= 0.2  # to the workflow's end, not to the rebuild
+    (work / "other.yaml").write_text(yaml.safe_dump(dict(matrix, suite="other", algorithms=["ddp"])))
+    planned = subprocess.run(
+        [*SNAKEMAKE, "-n", "--configfile", "other.yaml"], cwd=work, capture_output=True, text=True, timeout=600
+    )
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "results/runs/other/digits__ddp__n1x2__s0/summary.json" in planned.stdout, planned.stdout[-3000:]
 
 
 def test_daso_paper_matrix_dry_run_lists_every_run(tmp_path):

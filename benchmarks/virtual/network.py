@@ -268,6 +268,9 @@ PRESETS: dict[str, Network] = {
 }
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "networks" / "example.json"  # every field, units
+
+
 def load(spec: str, inter_speed: float = 1.0) -> Network:
     """The network ``sim_network`` names: a preset, or a JSON file of a ``Network`` (``save``; the
     calibration writes this machine's, ``python -m benchmarks.virtual.calibrate``; a user can write their
@@ -283,9 +286,8 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
     path = Path(spec)
     if not path.is_file():
         raise ValueError(
-            f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file "
-            "with name, intra and inter ({latency_s, bandwidth_bps}), sources and (optional) sync_s, "
-            "skips_empty_segments, rails, mpi, mpi_overlap and cell_nodes"
+            f"unknown network {spec!r}: choose one of {', '.join(PRESETS)}, or give a JSON file of the "
+            f"form of {EXAMPLE.relative_to(EXAMPLE.parents[2])} (seconds, and bytes per second)"
         )
     try:
         d = json.loads(path.read_text())
@@ -297,8 +299,23 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
         return Network(d["name"], *links, sources, sync_s, skips, rails, mpi, overlap, cells)
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"network file {spec}: {error!r}; expected name, intra, inter, sources, sync_s, skips_empty_segments, rails, mpi, mpi_overlap, cell_nodes"
+            f"network file {spec}: {error!r}; expected the form of {EXAMPLE.relative_to(EXAMPLE.parents[2])}: "
+            '"name", "intra" and "inter" as {"latency_s": seconds, "bandwidth_bps": bytes per second}, '
+            'and optionally "sources", "sync_s", "skips_empty_segments", "rails", "mpi", "mpi_overlap", "cell_nodes"'
         ) from None
+
+
+def looks_like_bits(net: Network) -> list[str]:
+    """The links of ``net`` whose bandwidth is beyond any machine's in bytes per second and looks
+    like bits per second (8x a byte rate): ``bandwidth_bps`` counts bytes, a unit that is easy to miss."""
+    fastest = {"intra": 2e12, "inter": 1e11}  # bytes/s: NVLink 5's 1.8 TB/s a GPU; an 800 Gbit/s adapter
+    links = {"intra": net.intra, "inter": net.inter, **({"mpi": net.mpi} if net.mpi else {})}
+    return [
+        f"{name}: bandwidth_bps {link.bandwidth_bps:.3g} is {link.bandwidth_bps / 1e9:.0f} GB/s; it counts bytes "
+        f"per second: if it is bits per second, divide it by 8 ({link.bandwidth_bps / 8:.3g})"
+        for name, link in links.items()
+        if link.bandwidth_bps > fastest.get(name, fastest["inter"])
+    ]
 
 
 def save(net: Network, path: Path) -> None:

@@ -35,7 +35,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import re
 import subprocess
 import sys
@@ -47,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 import algorithms
-from benchmarks import config, netns, run, tasks
+from benchmarks import config, netns, run
 from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, used here and by the tests
     CASES,
     EMULATED,
@@ -62,7 +61,6 @@ from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, u
     ratio_summary,
 )
 from benchmarks.virtual import calibrate, job, network
-from benchmarks.virtual.clock import FORWARD_SHARE
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "tables" / "validation.csv"
@@ -197,22 +195,19 @@ def rows_of(rundir: Path) -> list[dict]:
 
 
 def train_step_s(rundir: Path) -> float:
-    """Seconds of simulated training a step: the run's clock less what its evaluations were charged
-    (``VirtualClock.evaluate``: a forward third of a batch per batch of the largest rank's share of
-    the validation set), over its steps. The papers' throughputs count training steps."""
-    cfg, summary = json.loads((rundir / "config.json").read_text()), json.loads((rundir / "summary.json").read_text())
-    h, s = cfg["hparams"], cfg["settings"]
-    _, val_set = tasks.get(cfg["task"]).make_datasets(None)
-    per_eval = FORWARD_SHARE * s["sim_step_ms"] / 1e3 * math.ceil(len(val_set) / cfg["world_size"]) / h["batch_size"]
-    return (summary["wall_s"] - len(rows_of(rundir)) * per_eval) / summary["steps"]
+    """Seconds of simulated training a step (``summary.json``'s ``step_s``: the run's clock less its
+    evaluations, over its steps). The papers' throughputs count training steps."""
+    return json.loads((rundir / "summary.json").read_text())["step_s"]
 
 
 def steady_step_s(rundir: Path) -> float:
-    """Seconds a step after the first evaluation: start-up and the first steps' warm-up left out,
-    one evaluation an epoch kept in (the real run and its twin both pay it)."""
+    """Seconds a training step after the first evaluation: start-up and the first steps' warm-up left
+    out, and the evaluations (``eval_s``: the forward passes, the models' spread and average, which
+    the real run and its twin time differently and no algorithm's step pays)."""
     rows = rows_of(rundir)
     first, last = rows[0], rows[-1]
-    return (float(last["wall_s"]) - float(first["wall_s"])) / (int(last["step"]) - int(first["step"]))
+    train = [float(r["wall_s"]) - float(r["eval_s"]) for r in (first, last)]
+    return (train[1] - train[0]) / (int(last["step"]) - int(first["step"]))
 
 
 def predict_published(case: dict, work: Path) -> float:
