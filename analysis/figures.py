@@ -12,10 +12,12 @@ are labelled as such on the x axis.
 ``python -m analysis.figures --results DIR`` draws every figure of the report from the tables in
 ``DIR/tables/`` (runs, curves, time to target, performance ratios, stragglers; the Snakefile names
 each) into ``DIR/figures/`` as PNG and SVG, named by :func:`benchmarks.naming.figure_stem`:
-``first_to_target`` (:mod:`analysis.leaders`) over all workloads, ``metric_vs_time``, ``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
+``first_to_target`` (:mod:`analysis.leaders`) over all workloads, ``metric_vs_time``,
+``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
 (:mod:`analysis.scaling`) and ``stragglers`` (:mod:`analysis.stragglers`) per suite and task, and
-``performance_profile`` (:mod:`analysis.profile`) over all workloads. Every figure gives an
-algorithm the same colour (:func:`analysis.plotting.colours` over all the runs).
+``performance_profile`` (:mod:`analysis.profile`) over all workloads. Every figure but the first
+gives an algorithm the same colour (:func:`analysis.plotting.colours` over all the runs); the first
+colours a bar by its place (leader, tied, other), its legend says so.
 """
 
 from __future__ import annotations
@@ -110,16 +112,28 @@ def plot_metric_vs_time(
     return paths
 
 
+def ranking(runs: pd.DataFrame) -> list[str]:
+    """The algorithms of ``runs`` best first: by median time to target over their converged runs, then,
+    for those with none, by median final metric (highest first)."""
+    tta = runs[converged(runs)].groupby("algorithm")["time_to_target_s"].median()
+    final = runs.groupby("algorithm")["final_metric"].median().fillna(-math.inf)
+    return sorted(runs["algorithm"].unique(), key=lambda a: (tta.get(a, math.inf), -final.get(a, -math.inf), a))
+
+
 def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours: dict, x: str) -> plt.Figure:
     """One group's figure: ``key`` is ``(suite, task, nodes, procs_per_node)``, ``runs`` and ``curves``
     its finished runs and their evaluations. Against bytes the axis is logarithmic from the smallest
-    positive count: an evaluation before the first message (0 MB) has no place on it."""
+    positive count: an evaluation before the first message (0 MB) has no place on it. Of more than
+    ``plotting.MANY`` algorithms the best few (:func:`ranking`) keep their colours, the rest are grey."""
     suite, task, nodes, procs_per_node = key
     fig, ax = plt.subplots(figsize=(9.5, 4.5))
     smallest = math.inf
     shared = runs[CONDITION].drop_duplicates()  # one condition: said once, in the title
     common = plotting.condition(*shared.iloc[0]) if len(shared) == 1 else ""
-    for (algorithm, straggler, clock, model), alg_curves in curves.groupby(["algorithm", *CONDITION], sort=True):
+    ranked = ranking(runs)
+    shown, grey = plotting.coloured(ranked), plotting.others(ranked)
+    lines = sorted(curves.groupby(["algorithm", *CONDITION], sort=True), key=lambda item: ranked.index(item[0][0]))
+    for (algorithm, straggler, clock, model), alg_curves in lines:
         alg_runs = runs[
             (runs["algorithm"] == algorithm)
             & (runs["straggler"] == straggler)
@@ -134,8 +148,12 @@ def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours:
             shown = grid > 0
             grid, median, low, high = grid[shown], median[shown], low[shown], high[shown]
             smallest = min(smallest, grid.min(initial=math.inf))
-        colour = colours.get(algorithm)
         style = "-" if straggler == "none" else "--"
+        if algorithm not in shown:  # one legend entry for every grey line, no band
+            ax.step(grid, median, where="post", color=plotting.OTHERS, linewidth=0.8, linestyle=style, label=grey)
+            grey = "_nolegend_"
+            continue
+        colour = colours.get(algorithm)
         ax.step(grid, median, where="post", color=colour, label=label, linestyle=style)
         ax.fill_between(grid, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
     if curves.empty:
@@ -160,7 +178,8 @@ def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours:
     else:
         ax.set_xlabel(plotting.time_label(runs["clock"].dropna()))
     ax.set_ylabel(f"validation {_first(runs['metric']) or 'metric'}")
-    ax.set_title(plotting.title(f"{suite}: {task}, {nodes}×{procs_per_node} workers", common), fontsize="medium")
+    best = f" (the best {len(shown)} of {len(ranked)} in colour)" if len(shown) < len(ranked) else ""
+    ax.set_title(plotting.title(f"{suite}: {task}, {nodes}×{procs_per_node} workers{best}", common), fontsize="medium")
     ax.grid(alpha=0.3)
     plotting.legend_outside(ax, title="algorithm (converged/runs)", title_fontsize="small")
     fig.tight_layout()
@@ -174,8 +193,8 @@ def write(files: dict) -> list[Path]:
     out = Path(files["figures"])
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
     groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
-    measures = leaders.claim_measures(claims.read(files["claims"]))
-    paths = leaders.plot_first_to_target(table, out, colours, measures)
+    measures = leaders.suite_measures(claims.read(files["claims"]))
+    paths = leaders.plot_first_to_target(table, out, measures)
     paths += plot_metric_vs_time(runs, curves, out, colours)
     paths += plot_metric_vs_time(runs, curves, out, colours, x="sent_mb")
     paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)

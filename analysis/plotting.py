@@ -7,7 +7,9 @@ alphabetically. Every figure is saved as PNG (embedded in the HTML report) and S
 named by :mod:`benchmarks.naming`, without a date in the metadata. The PNG is indexed colour: a
 figure of flat colours and antialiased lines loses nothing visible in 256 colours, and the file is a
 third of matplotlib's RGBA one, which keeps the report light. Legends stand to the right of the
-axes, outside the data, however many algorithms there are.
+axes, outside the data, however many algorithms there are. Where more than ``MANY`` lines share one
+axes (the default's 21 algorithms), the best ``TOP_LINES`` keep their colours and the others are
+drawn thin and grey under one legend entry: 21 coloured lines hide each other and none is read.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from analysis.aggregate import BASELINE  # noqa: E402
 from benchmarks import naming  # noqa: E402
 
 DPI = 110  # the PNG's: 7.5 inches is 825 pixels, the report's figure at its natural size
+MANY = 8  # lines one axes holds in colour and stays readable
+TOP_LINES = 6  # of more, the best drawn in colour
+OTHERS = "#b5b5b5"  # the rest, thin
 
 
 def colours(algorithms: Iterable[str]) -> dict[str, tuple[float, float, float, float]]:
@@ -45,6 +50,18 @@ def colours(algorithms: Iterable[str]) -> dict[str, tuple[float, float, float, f
     if len(names) <= 10:
         palette = list(plt.get_cmap("tab10").colors)
     return {name: (*palette[i % len(palette)], 1.0) for i, name in enumerate(names)}
+
+
+def coloured(ranked: list[str]) -> list[str]:
+    """Of ``ranked`` (best first), those a figure draws in their colours: all up to ``MANY``, else the
+    first ``TOP_LINES``; the rest go grey (:func:`others`)."""
+    return list(ranked) if len(ranked) <= MANY else list(ranked[:TOP_LINES])
+
+
+def others(ranked: list[str]) -> str:
+    """The one legend entry of the grey lines, or "" where every line has its colour."""
+    rest = len(ranked) - len(coloured(ranked))
+    return f"the other {rest}, in grey" if rest else ""
 
 
 def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:

@@ -3,7 +3,10 @@
 A workload is one suite, task, node count, processes per node and straggler condition. On each, an
 algorithm's ratio is its median time to target over the smallest median of any algorithm there;
 an algorithm that never reached the target there, or was not run there, has ratio infinity (as in
-AlgoPerf, where a submission must run every workload). The profile ``rho(tau)`` is the share of
+AlgoPerf, where a submission must run every workload). A workload where no algorithm reached the
+target ranks nothing and is left out: it would only pull every line down to a flat 0. A profile over
+fewer than ``MIN_WORKLOADS`` workloads is a ranking of one workload drawn as step lines, so none is
+drawn: the report says so in a sentence, and the suite's own table ranks it. The profile ``rho(tau)`` is the share of
 workloads with ratio at most ``tau``; ``rho(1)`` is the share it won. The score is the area under
 ``rho`` from 1 to ``TAU_MAX`` divided by ``TAU_MAX - 1`` (1: fastest everywhere, 0: never within
 ``TAU_MAX``×). Simulated and wall-clock times are profiled apart and never compared.
@@ -27,6 +30,7 @@ from benchmarks import naming
 WORKLOAD = ["suite", "task", "nodes", "procs_per_node", "straggler", "time_model"]
 TAUS = (1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 TAU_MAX = 4.0
+MIN_WORKLOADS = 2
 
 
 def ratios(table: pd.DataFrame) -> pd.DataFrame:
@@ -36,9 +40,10 @@ def ratios(table: pd.DataFrame) -> pd.DataFrame:
         table: The time-to-target table (:func:`analysis.tables.time_to_target`).
 
     Returns:
-        One row per clock, workload and algorithm (every algorithm of that clock on every workload
-        of that clock) with ``tta_median_s`` (NaN where not converged or not run), ``best_s`` (NaN
-        where nothing converged) and ``ratio`` (``inf`` where the algorithm has no time).
+        One row per clock, workload where an algorithm reached the target, and algorithm (every
+        algorithm of that clock on every such workload of that clock) with ``tta_median_s`` (NaN
+        where not converged or not run), ``best_s`` and ``ratio`` (``inf`` where the algorithm has
+        no time).
     """
     rows = []
     for clock, runs in table.groupby("clock", sort=True):
@@ -46,6 +51,8 @@ def ratios(table: pd.DataFrame) -> pd.DataFrame:
         for workload, group in runs.groupby(WORKLOAD, sort=True):
             times = group.set_index("algorithm")["tta_median_s"]
             best = times.min()  # NaN-skipping: NaN only where no algorithm reached the target
+            if pd.isna(best):
+                continue
             for algorithm in algorithms:
                 time = times.get(algorithm, math.nan)
                 ratio = time / best if pd.notna(time) else math.inf
@@ -110,6 +117,23 @@ def display(table: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in out.columns if c != "clock"] + ["clock"]]
 
 
+def workloads(ratios_frame: pd.DataFrame) -> dict[str, int]:
+    """How many workloads each clock profiles, from :func:`ratios`' rows."""
+    return ratios_frame.drop_duplicates(["clock", *WORKLOAD]).groupby("clock").size().to_dict()
+
+
+def nothing_to_profile(counts: dict[str, int]) -> str:
+    """Why no clock has a profile, in a sentence, from the workloads per clock (:func:`workloads`,
+    or the profile table's ``workloads``); "" where one has."""
+    if any(n >= MIN_WORKLOADS for n in counts.values()):
+        return ""
+    each = ", ".join(f"{n} on the {clock} clock" for clock, n in counts.items()) or "none"
+    return (
+        f"No performance profile: it needs {MIN_WORKLOADS} workloads or more on one clock where an "
+        f"algorithm reached the target (here: {each}). Each suite's own table ranks its algorithms."
+    )
+
+
 def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None = None) -> list[Path]:
     """Draw ``rho(tau)`` for every algorithm, one panel per clock, one above the other, each with its
     legend beside it; returns PNG and SVG paths.
@@ -118,10 +142,11 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
     """
     title = "Performance profile over workloads"
     stem = naming.figure_stem("performance_profile")
-    if ratios_frame.empty:
-        fig = plotting.empty_figure("No finished runs: no workload to profile.", title)
+    counts = workloads(ratios_frame)
+    clocks = sorted(clock for clock, n in counts.items() if n >= MIN_WORKLOADS)
+    if not clocks:  # the file exists for the workflow; the report shows the sentence instead
+        fig = plotting.empty_figure(nothing_to_profile(counts), title)
         return plotting.save(fig, out_dir, stem)
-    clocks = sorted(ratios_frame["clock"].unique())
     colour = colours or plotting.colours(ratios_frame["algorithm"])
     count = ratios_frame["algorithm"].nunique()
     fig, axes = plt.subplots(len(clocks), 1, figsize=(9.5, 4.5 * len(clocks)), squeeze=False)
@@ -131,18 +156,24 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
         finite = frame["ratio"][np.isfinite(frame["ratio"])]
         right = max(TAU_MAX, float(finite.max()) * 1.05 if len(finite) else TAU_MAX)
         grid = np.geomspace(1.0, right, 400)
+        scores = {a: score(g["ratio"].to_numpy(dtype=float)) for a, g in frame.groupby("algorithm", sort=True)}
+        ranked = sorted(scores, key=lambda a: (-scores[a], a))  # best first: the best few in colour
+        shown, grey = plotting.coloured(ranked), plotting.others(ranked)
         # Ties are common (all win the same trivial workload): a small offset keeps lines apart.
-        for i, (algorithm, group) in enumerate(frame.groupby("algorithm", sort=True)):
-            r = group["ratio"].to_numpy(dtype=float)
-            values = [rho(r, tau) for tau in grid]
-            offset = (i - count / 2) * 0.002
-            ax.step(
-                grid,
-                np.asarray(values) + offset,
-                where="post",
-                color=colour[algorithm],
-                label=f"{algorithm} (score {score(r):.2f})",
-            )
+        for i, algorithm in enumerate(ranked):
+            r = frame.loc[frame["algorithm"] == algorithm, "ratio"].to_numpy(dtype=float)
+            values = np.asarray([rho(r, tau) for tau in grid]) + (i - count / 2) * 0.002
+            if algorithm in shown:
+                ax.step(
+                    grid,
+                    values,
+                    where="post",
+                    color=colour[algorithm],
+                    label=f"{algorithm} (score {scores[algorithm]:.2f})",
+                )
+            else:
+                ax.step(grid, values, where="post", color=plotting.OTHERS, linewidth=0.8, label=grey, zorder=1)
+                grey = "_nolegend_"
         ax.set_xscale("log")
         ax.set_xlim(1.0, right)
         ax.set_xticks([t for t in (1, 1.25, 1.5, 2, 3, 4, 8, 16, 32) if t <= right])

@@ -6,16 +6,19 @@ glance, then in detail:
 
 1. The first screen: the papers' claims, one line each with its verdict as a coloured badge and the
    measured value beside the paper's (the interval, the conditions and why one click away), and the
-   figure of who reaches the target first on each workload (:mod:`analysis.leaders`).
-2. Summary: per suite, task, node count and condition, the algorithm with the smallest median time
-   to target and its speed-up over DDP.
-3. One folded section per suite: the time-to-target table (k/n converged, min–max, speed-up, final
-   and best metric, throughput, communication share), scaling across node counts where the suite ran
-   more than one, throughput with and without stragglers where it ran both, DASO's global
-   synchronisations, and the figures.
-4. The performance profile over all workloads (AlgoPerf-style).
-5. Paper vs this suite, one folded subsection per paper.
-6. The runs that did not converge, failed or are unfinished; the run metadata.
+   figure of who leads each workload by what its suite measures (:mod:`analysis.leaders`: the time
+   to target, or what the claims read of a suite without a target: seconds a step, total time,
+   final metric).
+2. Summary: per suite, task, node count and condition, the leader by that measure, and for the time
+   to target its speed-up over DDP.
+3. One folded section per suite: its table, best first by its measure (k/n converged, min–max,
+   speed-up, final metric, throughput, communication share), scaling across node counts where the
+   suite ran more than one, throughput with and without stragglers where it ran both, DASO's global
+   synchronisations, and the figures, or a sentence where one would be empty by design.
+4. The performance profile over the workloads measured by their time to target (AlgoPerf-style).
+5. Paper vs this suite, one folded subsection per paper; DANA's tables in the paper's units.
+6. The runs that did not converge, failed or are unfinished (the completed runs of a suite without
+   a target are none of these); the run metadata.
 
 The page is the Jinja2 template ``analysis/templates/report.html`` (autoescaped). This module only
 reads the earlier steps' files, by column name, and formats them for people: it recomputes none of
@@ -46,7 +49,6 @@ from analysis import (
     cli,
     dana,
     figures,
-    intervals,
     leaders,
     papers,
     profile,
@@ -128,67 +130,84 @@ def narrowed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame.drop(columns=[*same, *empty]), " ".join(parts)
 
 
+# How the report states a measure's median: its format, its unit in the summary, its column in a suite's table
+SAID = {
+    leaders.TIME_TO_TARGET: (".1f", "s", "median time to target (s)"),
+    "seconds a step": (".3g", "s a step", "seconds a step"),
+    "total time": (".1f", "s in all", "total time (s)"),
+    "final metric": (".3f", "", "final metric"),
+}
+
+
 def summary_table(table: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per suite, task, node count and condition: the fastest algorithm to target, the algorithms
-    tied with it (their 95 % intervals of the median time overlap its), its speed-up over DDP. A
-    suite none of whose runs reached the target, and whose runs the claims read for something else
-    (``measures``, :func:`analysis.leaders.claim_measures`), says what instead."""
+    """Per suite, task, node count and condition, by what the suite measures (``measures``,
+    :func:`analysis.leaders.suite_measures`: what the claims read of a suite without a target, else
+    the time to target): the leader, the algorithms tied with it (their 95 % intervals of the median
+    overlap its), its median with the interval, and for the time to target its k/n converged and its
+    speed-up over DDP."""
     rows = []
     keys = tables.GROUP + CONDITION
     for values, group in table.groupby(keys, sort=True):
         key = dict(zip(keys, values))
-        reached = group[group["k"] > 0]
+        measure = (measures or {}).get(key["suite"], leaders.TIME_TO_TARGET)
+        ranked = leaders.leaders(group, measures, top=None)
         simulated = f" (simulated: {key['time_model']})" if key["clock"] == "simulated" else ""
         row = {
             "suite": key["suite"],
             "task": key["task"],
             "nodes×procs": _layout(key["nodes"], key["procs_per_node"]),
             "stragglers": key["straggler"],
+            "measure": measure,
+            "leader": "",
+            "tied with it": "",
+            "median": "—",
+            "converged (k/n)": "—",
+            "speed-up vs DDP": "—",
         }
-        if reached.empty:
-            row.update(
-                {
-                    "fastest to target": (
-                        f"no target: {measures[key['suite']]}"
-                        if key["suite"] in (measures or {})
-                        else "none reached the target"
-                    ),
-                    "tied with it": "",
-                    "median time (s)": "—",
-                    "converged (k/n)": "—",
-                    "speed-up vs DDP": "—",
-                }
-            )
-        else:
-            best = reached.loc[reached["tta_median_s"].idxmin()]
-            speedup = best["speedup_vs_ddp"]
-            tied = [  # the seeds cannot tell them from the fastest: their intervals overlap its
-                r["algorithm"]
-                for _, r in reached.sort_values("tta_median_s").iterrows()
-                if r["algorithm"] != best["algorithm"]
-                and intervals.overlap(r["tta_low_s"], r["tta_high_s"], best["tta_low_s"], best["tta_high_s"])
-            ]
-            interval = f" [{best['tta_low_s']:.1f}, {best['tta_high_s']:.1f}]"
-            row.update(
-                {
-                    "fastest to target": best["algorithm"],
-                    "tied with it": ", ".join(tied),
-                    "median time (s)": f"{best['tta_median_s']:.1f}{interval}{simulated}",
-                    "converged (k/n)": best["k/n"],
-                    "speed-up vs DDP": (
-                        "— (no DDP time)"
-                        if pd.isna(speedup)
-                        else f"{speedup:.2f}× [{best['speedup_low']:.2f}, {best['speedup_high']:.2f}]{simulated}"
-                    ),
-                }
+        if ranked.empty or ranked["algorithm"].isna().all():
+            row["median"] = "none reached the target" if measure == leaders.TIME_TO_TARGET else f"no {measure} yet"
+            rows.append(row)
+            continue
+        best = group.set_index("algorithm").loc[ranked["algorithm"].iloc[0]]
+        m = leaders.MEASURES[measure]
+        spec, unit, _ = SAID[measure]
+        seeds = best["k"] if measure == leaders.TIME_TO_TARGET else best["n"]
+        row.update(
+            {
+                "leader": ranked["algorithm"].iloc[0],
+                "tied with it": ", ".join(ranked.loc[ranked["place"] == "tied", "algorithm"]),
+                "median": tables.median_text(best[m.median], best[m.low], best[m.high], seeds, spec, unit) + simulated,
+            }
+        )
+        if measure == leaders.TIME_TO_TARGET:
+            speedup, low, high = best["speedup_vs_ddp"], best["speedup_low"], best["speedup_high"]
+            row["converged (k/n)"] = best["k/n"]
+            row["speed-up vs DDP"] = (
+                "— (no DDP time)"
+                if pd.isna(speedup)
+                else f"{speedup:.2f}×" + (f" [{low:.2f}, {high:.2f}]" if low < high else "") + simulated
             )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs that failed, did not reach the target, or are unfinished: run_id, status, error."""
-    bad = runs[~tables.converged(runs)].sort_values(["suite", "run_id"])
+def first_caption(suites: list[str], measures: dict[str, str]) -> str:
+    """The opening figure's caption: what each suite is measured by, then how to read the bars."""
+    said = "; ".join(f"{suite}: {measures.get(suite, leaders.TIME_TO_TARGET)}" for suite in suites)
+    return (
+        f"Each suite by what it measures ({said}). A time is drawn over the workload's fastest, so a "
+        "bar's number is the leader's speed-up over it; a metric as it is. Line: the 95 % interval of "
+        "the median; colour: the bar's place (legend)."
+    )
+
+
+def problem_runs(runs: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
+    """Runs that failed, are unfinished, or completed without reaching the target in a suite measured
+    by its time to target: run_id, status, error. A suite measured otherwise (``measures``,
+    :func:`analysis.leaders.suite_measures`) is not meant to reach the target: its completed runs
+    did what it asks and are not listed."""
+    designed = runs["suite"].isin(list(measures or {})) & (runs["status"] == "completed")
+    bad = runs[~tables.converged(runs) & ~designed].sort_values(["suite", "run_id"])
     status = ["completed (target not reached)" if s == "completed" else str(s) for s in bad["status"]]
     return pd.DataFrame(
         {
@@ -197,6 +216,20 @@ def problem_runs(runs: pd.DataFrame) -> pd.DataFrame:
             "status": status,
             "error": bad["error"].fillna("").astype(str),
         }
+    )
+
+
+def by_design(runs: pd.DataFrame, measures: dict[str, str]) -> str:
+    """A line on the completed runs :func:`problem_runs` leaves out, per suite with what it measures;
+    "" where there are none."""
+    designed = runs[runs["suite"].isin(list(measures)) & (runs["status"] == "completed") & ~tables.converged(runs)]
+    if designed.empty:
+        return ""
+    counts = designed.groupby("suite").size()
+    each = "; ".join(f"{suite}: {n}, measured by its {measures[suite]}" for suite, n in counts.items())
+    return (
+        f"Not listed: {len(designed)} completed run{'s' * (len(designed) != 1)} of suites without a target, "
+        f"which their claims read for something else ({each})."
     )
 
 
@@ -267,6 +300,52 @@ def _syncs(syncs: pd.DataFrame) -> dict:
     return cells(shown)
 
 
+# The time-to-target table's columns that say nothing of a suite without a target where no run reached it
+TARGET_COLUMNS = [
+    "converged (k/n)",
+    "median time to target (s)",
+    "min–max (s)",
+    tables.STEP_AT_TARGET,
+    "MB sent a rank to target",
+    "speed-up vs DDP",
+]
+
+
+def suite_table(table: pd.DataFrame, measure: str) -> tuple[pd.DataFrame, str]:
+    """A suite's rows of the time-to-target table for people, best first by the suite's measure within
+    each task, layout and condition, and a line on what was left out. A suite measured otherwise
+    (:func:`analysis.leaders.suite_measures`) gets its measure's median and interval beside the
+    algorithm, and loses the time-to-target columns where no run reached the target; the best metric
+    goes where it equals the final one in every row (a metric that only rises)."""
+    m = leaders.MEASURES[measure]
+    keys = ["task", "nodes", "procs_per_node", *CONDITION]
+    ordered = table.sort_values(
+        [*keys, m.median, "algorithm"], ascending=[True] * len(keys) + [not m.higher, True], na_position="last"
+    )
+    shown = tables.display_table(ordered).drop(columns=["suite"])
+    notes = []
+    if len(shown) and (shown["best metric"] == shown["final metric"]).all():
+        shown = shown.drop(columns=["best metric"])
+        notes.append("The best metric equals the final one in every row.")
+    if measure != leaders.TIME_TO_TARGET:
+        spec, _, column = SAID[measure]
+        values = [
+            tables.median_text(*v, spec) for v in zip(ordered[m.median], ordered[m.low], ordered[m.high], ordered["n"])
+        ]
+        shown = shown.drop(columns=[column], errors="ignore")  # the final metric, now with its interval
+        shown.insert(shown.columns.get_loc("algorithm") + 1, column, values)
+        if not (table["k"] > 0).any():
+            shown = shown.drop(columns=TARGET_COLUMNS)
+            notes.append("No run reached a target: the time-to-target columns are left out.")
+    return shown, " ".join(notes)
+
+
+def _figure_or_why(shown: Figures, caption: str, kind: str, key: tuple, why: str) -> dict | None:
+    """The figure of ``kind`` for ``key``, or where ``why`` says it would be empty by design, that
+    sentence in its place (the figure file exists for the workflow, and is not shown)."""
+    return {"caption": why, "data": None} if why else shown.get(caption, kind, *key)
+
+
 def _suite(
     suite: str,
     table: pd.DataFrame,
@@ -275,40 +354,61 @@ def _suite(
     syncs: pd.DataFrame,
     shown: Figures,
     summary: pd.DataFrame,
+    measure: str = leaders.TIME_TO_TARGET,
 ) -> dict:
     """One suite's section from its own rows only: ``table`` of the time-to-target table, ``scale`` of
-    the scaling table, ``straggling`` of the straggler table, ``summary`` of :func:`summary_table`."""
+    the scaling table, ``straggling`` of the straggler table, ``summary`` of :func:`summary_table`,
+    ``measure`` what the suite is measured by (:func:`analysis.leaders.suite_measures`). A figure
+    that would be empty by design (one evaluation a run: points, no curve; no column of an
+    algorithm's own: no trace) is a sentence instead."""
     finished = table[table["n"] > 0]
     layouts = [key for key, _ in finished.groupby(["task", "nodes", "procs_per_node"], sort=True)]
     tasks = sorted(finished["task"].unique())
     several_nodes = finished["nodes"].nunique() > 1  # one node count scales nothing: a sentence instead
     compared = stragglers.display(straggling)
     own_syncs = syncs[syncs["suite"] == suite]
-    narrow, same = narrowed(tables.display_table(table).drop(columns=["suite"]))
+    by_measure, left_out = suite_table(table, measure)
+    narrow, same = narrowed(by_measure)
+
+    def rows(t: str, n: int, g: int) -> pd.DataFrame:
+        return finished[(finished["task"] == t) & (finished["nodes"] == n) & (finished["procs_per_node"] == g)]
+
+    def once(t: str, n: int, g: int) -> str:  # every run evaluated once: a point each, no curve
+        if rows(t, n, g)["evaluations"].max() >= 2:
+            return ""
+        return (
+            f"{t} on {n}×{g}: every run was evaluated once, so its metric is a point and has no curve "
+            f"to draw; this suite is measured by its {measure}, in the table above."
+        )
+
+    def untraced(t: str, n: int, g: int) -> str:
+        if rows(t, n, g)["traced"].sum() > 0:
+            return ""
+        return f"{t} on {n}×{g}: no algorithm here logs a column of its own in metrics.csv over two epochs or more."
+
     return {
         "name": suite,
         "brief": _brief(finished, summary),
+        "measure": measure,
         "table": cells(narrow),
-        "same": same,
+        "same": " ".join(x for x in (left_out, same) if x),
         "metric_figures": [
-            shown.get(
+            _figure_or_why(
+                shown,
                 f"{suite}: {t} on {n}×{g} workers, median and min–max over seeds; dashed: target",
                 "metric_vs_time",
-                suite,
-                t,
-                n,
-                g,
+                (suite, t, n, g),
+                once(t, n, g),
             )
             for t, n, g in layouts
         ],
         "bytes_figures": [
-            shown.get(
+            _figure_or_why(
+                shown,
                 f"{suite}: {t} on {n}×{g} workers, against the megabytes a rank sent (log scale); dashed: target",
                 "metric_vs_bytes",
-                suite,
-                t,
-                n,
-                g,
+                (suite, t, n, g),
+                once(t, n, g),
             )
             for t, n, g in layouts
         ],
@@ -336,13 +436,12 @@ def _suite(
         else [],
         "syncs": _syncs(own_syncs) if not own_syncs.empty else None,
         "trace_figures": [
-            shown.get(
+            _figure_or_why(
+                shown,
                 f"{suite}: {t} on {n}×{g}: every extra numeric column of metrics.csv per algorithm, by epoch",
                 "traces",
-                suite,
-                t,
-                n,
-                g,
+                (suite, t, n, g),
+                untraced(t, n, g),
             )
             for t, n, g in layouts
         ],
@@ -352,8 +451,8 @@ def _suite(
 def _brief(finished: pd.DataFrame, summary: pd.DataFrame) -> str:
     """A suite in one line, beside its folded heading: its size and who is fastest where."""
     size = f"{finished['algorithm'].nunique()} algorithms, {int(finished['n'].sum())} finished runs"
-    fastest = sorted({str(w) for w in summary["fastest to target"]}) if not summary.empty else []
-    return size + ("; fastest: " + ", ".join(fastest) if fastest else "")
+    leading = sorted({f"{r['leader']} ({r['measure']})" for _, r in summary.iterrows() if r["leader"]})
+    return size + ("; leads: " + ", ".join(leading) if leading else "")
 
 
 def _paper(key: str, meta: dict[str, str], compared: pd.DataFrame, hardware: str) -> dict:
@@ -592,6 +691,7 @@ def render(files: dict) -> Path:
     table = tables.read_table(files["time_to_target"])
     scale = tables.read_table(files["scaling"])
     prof = tables.read_table(files["performance_profile"])
+    profiled = prof[prof["workloads"] >= profile.MIN_WORKLOADS]  # a clock of one workload has no profile
     compared = papers.read_compared(files["papers"])
     verdicts = claims.read(files["claims"])
     shown = Figures(files["figures"])
@@ -600,8 +700,9 @@ def render(files: dict) -> Path:
     suites = sorted(table["suite"].unique())
     syncs = tables.read_table(files["global_syncs"])
     hardware = hardware_here(runs)
-    problems = problem_runs(runs)
-    summary = summary_table(table, leaders.claim_measures(verdicts))
+    measures = leaders.suite_measures(verdicts)
+    problems = problem_runs(runs, measures)
+    summary = summary_table(table, measures)
     validated = Path(files["validation"]).is_file()
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -623,11 +724,7 @@ def render(files: dict) -> Path:
             validation_errors(pd.read_csv(files["validation"])) if validated else {},
             pd.read_csv(ratios_path(files["validation"])) if ratios_path(files["validation"]).is_file() else None,
         ),
-        first_figure=shown.get(
-            "Who reaches the target first on each workload: the three fastest by median time to target, "
-            "over the fastest's, with the 95 % interval of the median",
-            "first_to_target",
-        ),
+        first_figure=shown.get(first_caption(suites, measures), "first_to_target"),
         claim_counts=verdicts["verdict"].value_counts().to_dict(),
         claim_rule=claims.RULE,
         summary=summary.to_dict("records"),
@@ -640,11 +737,13 @@ def render(files: dict) -> Path:
                 straggling[straggling["suite"] == s],
                 syncs,
                 shown,
-                summary[(summary["suite"] == s) & (summary["converged (k/n)"] != "—")],
+                summary[summary["suite"] == s],
+                measures.get(s, leaders.TIME_TO_TARGET),
             )
             for s in suites
         ],
-        profile=cells(profile.display(prof)) if not prof.empty else None,
+        profile=cells(profile.display(profiled)) if not profiled.empty else None,
+        no_profile=profile.nothing_to_profile(prof.groupby("clock")["workloads"].max().to_dict()),
         profile_figure=shown.get(
             "Performance profile: share of workloads within τ× the fastest", "performance_profile"
         ),
@@ -658,6 +757,7 @@ def render(files: dict) -> Path:
         minutes=workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
         problem_counts=problem_counts(problems),
+        by_design=by_design(runs, measures),
         metadata=cells(metadata_table(runs)),
     )
     path = Path(files["report"])

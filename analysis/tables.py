@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import claims, cli, dana, intervals, papers, profile, scaling, stragglers
+from analysis import claims, cli, dana, intervals, leaders, papers, profile, scaling, stragglers, traces
 from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, read_runs
+from analysis.leaders import GROUP
 
-GROUP = ["suite", "task", "nodes", "procs_per_node"]
 KEYS = GROUP + CONDITION + ["algorithm"]
 FAILURES = ["failed", "diverged", "timeout"]
 FILES = {
@@ -46,6 +46,9 @@ FILES = {
     "dana": "tables/dana.csv",
     "global_syncs": "tables/global_syncs.csv",
 }
+# The largest time between the evaluation that reached the target and the one before, over the time
+# to target: how finely the evaluations resolve it (a share, not seconds)
+STEP_AT_TARGET = "evaluation step at target (% of time to target)"
 # Columns that hold text whatever they look like, in every table this module writes.
 _TEXT = ["suite", "task", "algorithm", "straggler", "clock", "k/n", "metric"]
 
@@ -75,8 +78,11 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         that reached the target and the one before it, as a share of the time to target),
         ``speedup_vs_ddp`` (NaN where DDP or the algorithm has no median) with its interval
         ``speedup_low``/``speedup_high`` (``analysis/intervals.py``), the medians of
-        ``final_metric``, ``best_metric``, ``throughput``, ``comm_share`` and ``wall_s`` (the
-        whole run, for the papers' fixed-epoch comparisons) over finished runs, the counts
+        ``final_metric``, ``best_metric``, ``throughput``, ``comm_share``, ``wall_s`` (the
+        whole run, for the papers' fixed-epoch comparisons) and ``step_s`` (seconds a training
+        step, evaluation excluded: what the throughput claims read) over finished runs, the first,
+        second and last with their 95 % intervals (``_low``/``_high``: what a suite without a
+        target is shown by, :mod:`analysis.leaders`), the counts
         ``failed``, ``diverged``, ``timeout`` and ``incomplete``, ``metric`` and ``target``.
         ``straggler`` and ``clock`` (``simulated`` where the times come from the simulator) are
         part of the key.
@@ -93,6 +99,11 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         samples[key] = tta.tolist()
         low, high = intervals.median_interval(tta.tolist())
         mb_low, mb_high = intervals.median_interval(mb.tolist())
+        # what the suites without a target measure (the claims' seconds a step, total time, final metric)
+        measured = {c: finished[c].dropna().tolist() for c in ("step_s", "wall_s", "final_metric")}
+        step_low, step_high = intervals.median_interval(measured["step_s"])
+        wall_low, wall_high = intervals.median_interval(measured["wall_s"])
+        final_low, final_high = intervals.median_interval(measured["final_metric"])
         row.update(
             {
                 "n": n,
@@ -108,10 +119,17 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
                 "mb_high": mb_high,
                 "step_share_max": step.max() if len(step) else math.nan,
                 "final_metric_median": finished["final_metric"].median(),
+                "final_metric_low": final_low,
+                "final_metric_high": final_high,
                 "best_metric_median": finished["best_metric"].median(),
                 "throughput_median": finished["throughput"].median(),
                 "comm_share_median": finished["comm_share"].median(),
                 "wall_median_s": finished["wall_s"].median(),
+                "wall_low_s": wall_low,
+                "wall_high_s": wall_high,
+                "step_median_s": finished["step_s"].median(),
+                "step_low_s": step_low,
+                "step_high_s": step_high,
             }
         )
         row.update({status: int((finished["status"] == status).sum()) for status in FAILURES})
@@ -137,10 +155,17 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
         "speedup_low",
         "speedup_high",
         "final_metric_median",
+        "final_metric_low",
+        "final_metric_high",
         "best_metric_median",
         "throughput_median",
         "comm_share_median",
         "wall_median_s",
+        "wall_low_s",
+        "wall_high_s",
+        "step_median_s",
+        "step_low_s",
+        "step_high_s",
         *FAILURES,
         "incomplete",
         "metric",
@@ -162,9 +187,40 @@ def time_to_target(runs: pd.DataFrame) -> pd.DataFrame:
     return table[columns]
 
 
+def drawn(curves: pd.DataFrame) -> pd.DataFrame:
+    """What each algorithm's curves let the figures draw, per ``KEYS``: ``evaluations``, the most
+    evaluations a finished run of it made (a metric curve needs two: a suite of one-epoch runs,
+    evaluated once, has points and no curve), and ``traced``, how many columns of its own
+    :mod:`analysis.traces` draws in its group's figure. The report shows a sentence instead of a
+    figure that would be empty by design."""
+    finished = curves[curves["status"] != INCOMPLETE]
+    if finished.empty:
+        return pd.DataFrame(columns=[*KEYS, "evaluations", "traced"])
+    per_run = finished.groupby([*KEYS, "run_id"], sort=True, dropna=False).size()
+    out = per_run.groupby(level=KEYS, dropna=False).max().rename("evaluations").reset_index()
+    traced: dict[tuple, int] = {}
+    for key, rows in finished.groupby(GROUP, sort=True):
+        for algorithm, _ in traces.trace_columns(rows):
+            traced[(*key, algorithm)] = traced.get((*key, algorithm), 0) + 1
+    out["traced"] = [traced.get((*row[GROUP], row["algorithm"]), 0) for _, row in out.iterrows()]
+    return out
+
+
 def _num(value: float, spec: str) -> str:
     """Format a number with ``spec``, or an em dash where it is missing."""
     return "—" if value is None or pd.isna(value) else format(value, spec)
+
+
+def median_text(value: float, low: float, high: float, seeds: int, spec: str, unit: str = "") -> str:
+    """A median over ``seeds`` with its unit and 95 % interval, ``5.3 s [4.8, 5.8]``; where the
+    interval is one point, the seeds say why instead (one seed, or every seed the same), never a
+    "[2.00, 2.00]" that claims a certainty one seed cannot give."""
+    if pd.isna(value):
+        return "—"
+    number = f"{value:{spec}}" + (f" {unit}" if unit else "")
+    if low < high:
+        return f"{number} [{low:{spec}}, {high:{spec}}]"
+    return f"{number} (" + ("1 seed)" if seeds == 1 else f"{seeds} seeds, all equal)")
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -178,19 +234,19 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             "stragglers": table["straggler"].astype(str),
             "converged (k/n)": table["k/n"],
             "median time to target (s)": [
-                _num(v, ".2f") + ("" if pd.isna(v) else f" [{lo:.2f}, {hi:.2f}]")
-                for v, lo, hi in zip(table["tta_median_s"], table["tta_low_s"], table["tta_high_s"])
+                median_text(v, lo, hi, k, ".2f")
+                for v, lo, hi, k in zip(table["tta_median_s"], table["tta_low_s"], table["tta_high_s"], table["k"])
             ],
             "min–max (s)": [
                 "—" if pd.isna(lo) else f"{lo:.1f}–{hi:.1f}" for lo, hi in zip(table["tta_min_s"], table["tta_max_s"])
             ],
-            "evaluation step at target": [_num(v, ".0%") for v in table["step_share_max"]],
+            STEP_AT_TARGET: [_num(v, ".0%") for v in table["step_share_max"]],
             "MB sent a rank to target": [
-                _num(v, ".3g") + ("" if pd.isna(v) else f" [{lo:.3g}, {hi:.3g}]")
-                for v, lo, hi in zip(table["mb_median"], table["mb_low"], table["mb_high"])
+                median_text(v, lo, hi, k, ".3g")
+                for v, lo, hi, k in zip(table["mb_median"], table["mb_low"], table["mb_high"], table["k"])
             ],
-            "speed-up vs DDP": [
-                _num(v, ".2f") + ("" if pd.isna(v) else f"× [{lo:.2f}, {hi:.2f}]")
+            "speed-up vs DDP": [  # a ratio of two medians: no interval where both are one point
+                _num(v, ".2f") + ("" if pd.isna(v) else "×" + (f" [{lo:.2f}, {hi:.2f}]" if lo < hi else ""))
                 for v, lo, hi in zip(table["speedup_vs_ddp"], table["speedup_low"], table["speedup_high"])
             ],
             "final metric": [_num(v, ".4g") for v in table["final_metric_median"]],
@@ -266,8 +322,9 @@ def write(files: dict) -> pd.DataFrame:
     family) and ``global_syncs`` (:func:`global_syncs`; no rows without DASO's runs): every table
     the report shows, so that it renders them and computes none.
     """
-    runs = read_runs(files["runs"])
-    table = time_to_target(runs)
+    runs, curves = read_runs(files["runs"]), read_curves(files["curves"])
+    table = time_to_target(runs).merge(drawn(curves), on=KEYS, how="left")
+    table[["evaluations", "traced"]] = table[["evaluations", "traced"]].fillna(0).astype(int)
     for name in FILES:
         if name not in ("runs", "curves", "papers_yaml", "claims_yaml"):
             Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
@@ -276,7 +333,10 @@ def write(files: dict) -> pd.DataFrame:
     Path(files["time_to_target_md"]).write_text(markdown + to_markdown(display_table(table)), encoding="utf-8")
     finished = table[table["n"] > 0]
     scaling.scaling(finished).to_csv(files["scaling"], index=False)
-    ratios = profile.ratios(finished)
+    verdicts = claims.table(runs, claims.load(files["claims_yaml"]))
+    verdicts.to_csv(files["claims"], index=False)
+    # the profile ranks times to target: a suite the claims read for something else has none by design
+    ratios = profile.ratios(finished[~finished["suite"].isin(list(leaders.suite_measures(verdicts)))])
     ratios.to_csv(files["performance_ratios"], index=False)
     profile.profile(ratios).to_csv(files["performance_profile"], index=False)
     stragglers.straggler_throughput(table).to_csv(files["stragglers"], index=False)
@@ -285,8 +345,6 @@ def write(files: dict) -> pd.DataFrame:
         for paper in papers.load_papers(Path(files["papers_yaml"]).parent)
     ]
     pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
-    claims.table(runs, claims.load(files["claims_yaml"])).to_csv(files["claims"], index=False)
-    curves = read_curves(files["curves"])
     dana.cell_rows(dana.comparison(runs, curves)).to_csv(files["dana"], index=False)
     global_syncs(curves).to_csv(files["global_syncs"], index=False)
     return table

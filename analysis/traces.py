@@ -4,8 +4,10 @@ An algorithm may log columns of its own beside the common ones (DASO's ``B`` and
 global synchronisations, DANA's ``gap``, a model spread across workers, SGP's push-sum weight). This
 module finds them generically: any column outside the common ones that holds numbers for an
 algorithm gets a panel, so a new algorithm's trace appears in the report without a line of
-analysis code. Each panel shows the median over seeds against the epoch with the min–max band;
-epochs align across seeds, unlike wall times.
+analysis code. The simulator's own counters (``sim_compute_s`` and the other ``sim_`` columns: the
+virtual clock's seconds of compute, communication and idling) are the clock's bookkeeping, not an
+algorithm's state, and get none. Each panel shows the median over seeds against the epoch with the
+min–max band; epochs align across seeds, unlike wall times.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import pandas as pd
 
 from analysis import plotting
 from analysis.aggregate import CONDITION, IDENTITY, METRIC_COLUMNS
+from analysis.leaders import GROUP
 from analysis.plotting import plt
-from analysis.tables import GROUP
 from benchmarks import naming
 
 COMMON = set(IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS)
+SIMULATOR = "sim_"  # the prefix of the virtual clock's counters in a simulated run's metrics.csv
 COLUMNS_PER_ROW = 4  # the report's width holds four panels, and the page a quarter fewer rows than with three
 PANEL_IN = (3.2, 2.3)  # width and height of a panel, inches
 TITLE_IN = 0.3  # the band above the panels that holds the figure's title, inches
@@ -28,8 +31,9 @@ TITLE_IN = 0.3  # the band above the panels that holds the figure's title, inche
 
 def trace_columns(curves: pd.DataFrame) -> list[tuple[str, str]]:
     """``(algorithm, column)`` for every extra column that holds numbers for that algorithm at two
-    epochs or more: a trace over epochs (a one-epoch run's single point is in its metrics.csv)."""
-    extra = [c for c in curves.columns if c not in COMMON]
+    epochs or more: a trace over epochs (a one-epoch run's single point is in its metrics.csv). The
+    simulator's counters are not an algorithm's."""
+    extra = [c for c in curves.columns if c not in COMMON and not c.startswith(SIMULATOR)]
     pairs = []
     for algorithm, rows in curves.groupby("algorithm", sort=True):
         for column in extra:

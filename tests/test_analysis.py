@@ -18,6 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
+import matplotlib.colors
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,8 +61,10 @@ def write_run(
     settings: dict | None = None,
     clock: str = "wall",
     throughput: float | None = None,
+    step_s: float | None = None,
 ) -> Path:
-    """Write one run directory; ``status=None`` leaves out summary.json (an unfinished run)."""
+    """Write one run directory; ``status=None`` leaves out summary.json (an unfinished run). A run
+    makes 10 steps an epoch, in ``step_s`` seconds each (default: its wall time over its steps)."""
     run_id = f"{TASK}__{algorithm}__n{nodes}x{PPN}__s{seed}"
     run_dir = results / "runs" / suite / run_id
     run_dir.mkdir(parents=True)
@@ -122,6 +125,7 @@ def write_run(
                     "steps": 10 * len(walls),
                     "samples": 640 * len(walls),
                     "wall_s": walls[-1] if walls else 0.0,
+                    "step_s": step_s if step_s is not None or not walls else walls[-1] / (10 * len(walls)),
                     "throughput": 100.0 * (seed + 1) if throughput is None else throughput,
                     "comm_share": None if algorithm == "ddp" else 0.5,
                     "sent_mb_to_target": None if tta is None else 3.0 * tta,
@@ -189,7 +193,7 @@ def test_medians_min_max_and_k_of_n(table: pd.DataFrame) -> None:
     assert (ddp["n"], ddp["k"], ddp["k/n"]) == (4, 3, "3/4")
     assert (ddp["tta_median_s"], ddp["tta_min_s"], ddp["tta_max_s"]) == (12.0, 10.0, 14.0)
     assert ddp["step_share_max"] == 0.5, "each target evaluation came half its time after the one before"
-    assert tables.display_table(table.reset_index())["evaluation step at target"].iloc[0] in ("50%", "—")
+    assert tables.display_table(table.reset_index())[tables.STEP_AT_TARGET].iloc[0] in ("50%", "—")
     assert (allreduce["n"], allreduce["k"], allreduce["k/n"]) == (3, 2, "2/3")
     assert allreduce[["tta_median_s", "tta_min_s", "tta_max_s"]].tolist() == [7.0, 6.0, 8.0]
     assert allreduce["incomplete"] == 1 and ddp["incomplete"] == 0
@@ -315,7 +319,7 @@ def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[s
     count = len(claims.load())
     assert claimed.count('<details class="claim">') == claimed.count('class="badge not-measured"') - 1 == count
     assert f"{count} not measured" in claimed and "config/claims.yaml" in claimed  # none measured by these runs
-    assert "Who reaches the target first" in claimed
+    assert "Each suite by what it measures (local: time to target)" in claimed  # the first figure's caption
     for name in ["scaling.csv", "performance_profile.csv", "stragglers.csv", "papers.csv"]:
         assert (results / "tables" / name).stat().st_size > 0
     for stem in [
@@ -553,6 +557,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
                 "sent_mb_to_target": 3.0 * tta,
                 "target_step_s": tta / 10,
                 "wall_s": tta,
+                "step_s": tta / 10,
                 "metric": "accuracy",
                 "target": 0.9,
             }
@@ -569,9 +574,11 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
     assert table.loc[("dana_slim", "simulated", "m1"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2 or 1 / 2
     assert table.loc[("local_sgd", "wall", "measured"), "speedup_vs_ddp"] == 2.0
     summary = report.summary_table(table.reset_index())
-    simulated = summary[summary["median time (s)"].str.contains("simulated") & (summary["fastest to target"] != "ddp")]
-    assert simulated["fastest to target"].tolist() == ["dana_slim"]
-    assert simulated["speed-up vs DDP"].tolist() == ["2.00× [2.00, 2.00] (simulated: m1)"]
+    simulated = summary[summary["median"].str.contains("simulated") & (summary["leader"] != "ddp")]
+    assert simulated["leader"].tolist() == ["dana_slim"]
+    # one seed a side: the ratio alone, never a "[2.00, 2.00]" interval
+    assert simulated["speed-up vs DDP"].tolist() == ["2.00× (simulated: m1)"]
+    assert simulated["median"].tolist() == ["2.0 s (1 seed) (simulated: m1)"]
 
 
 def test_throughput_with_and_without_stragglers() -> None:
@@ -624,6 +631,7 @@ def test_a_suites_straggler_table_and_chart_hold_only_its_own_runs(
 def test_traces_find_every_extra_numeric_column(results: Path) -> None:
     curves = aggregate.load_curves(results)
     curves["phase"] = "warmup"  # a text column: no trace
+    curves["sim_compute_s"] = curves["wall_s"] / 2  # the simulator's counter: the clock's, no algorithm's
     assert traces.trace_columns(curves) == [("allreduce", "bucket_mb")]
     # a value at one epoch only is a point, not a trace
     assert traces.trace_columns(curves[curves["epoch"] == 1]) == []
@@ -733,45 +741,212 @@ def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
     table = pd.DataFrame(
         [
             {"suite": "s", "task": "t", "nodes": 2, "procs_per_node": 2, "straggler": "none", "clock": "wall", "time_model": "measured",
-             "algorithm": name, "k": 3, "k/n": "3/3", "tta_median_s": m, "tta_low_s": lo, "tta_high_s": hi,
+             "algorithm": name, "n": 3, "k": 3, "k/n": "3/3", "tta_median_s": m, "tta_low_s": lo, "tta_high_s": hi,
              "speedup_vs_ddp": math.nan, "speedup_low": math.nan, "speedup_high": math.nan}
             for name, m, lo, hi in rows
         ]
     )  # fmt: skip
     (summary,) = report.summary_table(table).to_dict("records")
-    assert summary["fastest to target"] == "a" and summary["tied with it"] == "b"
-    assert summary["median time (s)"] == "1.1 [1.0, 1.2]"
+    assert summary["leader"] == "a" and summary["tied with it"] == "b"
+    assert summary["median"] == "1.1 s [1.0, 1.2]" and summary["measure"] == "time to target"
 
 
-def test_a_suite_the_claims_read_for_throughput_is_not_said_to_miss_its_target() -> None:
-    """A suite whose runs the claims compare by steps per second (wagma-claims-64: one epoch, never
-    meant to reach the target) says so in the summary, where another suite none of whose runs
-    reached the target still says that."""
+def _measured(suite: str, algorithm: str, step: float, final: float, k: int = 0, tta: float = math.nan) -> dict:
+    """One time-to-target row of a simulated suite at 64×1: its seconds a step and final metric, each
+    with a 95 % interval of ±5 %, and its time to target where ``k`` seeds reached it."""
+    return {
+        **_row(algorithm, 64, tta, 1.0, suite=suite, procs_per_node=1, clock="simulated", time_model="m"),
+        "n": 5, "k": k, "k/n": f"{k}/5", "tta_low_s": tta, "tta_high_s": tta,
+        "speedup_vs_ddp": math.nan, "speedup_low": math.nan, "speedup_high": math.nan,
+        "step_median_s": step, "step_low_s": step * 0.95, "step_high_s": step * 1.05,
+        "final_metric_median": final, "final_metric_low": final * 0.95, "final_metric_high": final * 1.05,
+    }  # fmt: skip
+
+
+def test_a_suite_is_measured_by_what_its_claims_read_of_it() -> None:
+    """A suite whose runs the claims compare by seconds a step (wagma-claims-64: one epoch, never meant
+    to reach the target) is measured by them, and ranked by them in the summary, where a suite no
+    claim reads keeps its time to target and says when none reached it."""
     verdicts = pd.DataFrame(
         [
             {"quantity": "throughput_speedup", "suite": "wagma-claims-64"},
             {"quantity": "throughput_speedup", "suite": "wagma-claims-64, wagma-claims"},
             {"quantity": "speedup", "suite": "wagma-claims-64"},
+            {"quantity": "final_metric_above", "suite": "dana-claims-16"},
             {"quantity": "speedup", "suite": ""},  # not measured: no suite
         ]
     )
-    measures = leaders.claim_measures(verdicts)
+    measures = leaders.suite_measures(verdicts)
     assert measures == {
-        "wagma-claims-64": "steps per second for 2 claims and total time for 1 claim",
-        "wagma-claims": "steps per second for 1 claim",
+        "wagma-claims-64": "seconds a step",  # 2 claims read it, 1 the total time
+        "wagma-claims": "seconds a step",
+        "dana-claims-16": "final metric",
     }
     table = pd.DataFrame(
         [
-            {"suite": suite, "task": "t", "nodes": 64, "procs_per_node": 1, "straggler": "none", "clock": "simulated",
-             "time_model": "m", "algorithm": "wagma", "k": 0, "k/n": "0/3", "tta_median_s": math.nan,
-             "tta_low_s": math.nan, "tta_high_s": math.nan, "speedup_vs_ddp": math.nan, "speedup_low": math.nan,
-             "speedup_high": math.nan}
-            for suite in ("other", "wagma-claims-64")
+            _measured("other", "wagma", 0.8, 0.1),
+            _measured("wagma-claims-64", "allreduce", 1.28, 0.1),
+            _measured("wagma-claims-64", "wagma", 0.8, 0.1),
+            _measured("dana-claims-16", "nag_asgd", 1.0, 0.2),
+            _measured("dana-claims-16", "dana_dc", 1.0, 0.9, k=2, tta=7.0),
         ]
+    )
+    summary = report.summary_table(table, measures).set_index("suite")
+    assert summary.loc["other", "median"] == "none reached the target" and summary.loc["other", "leader"] == ""
+    wagma = summary.loc["wagma-claims-64"]
+    assert (wagma["measure"], wagma["leader"]) == ("seconds a step", "wagma")
+    assert wagma["median"] == "0.8 s a step [0.76, 0.84] (simulated: m)" and wagma["converged (k/n)"] == "—"
+    dana_row = summary.loc["dana-claims-16"]  # its claims read the final metric, though one seed converged
+    assert (dana_row["measure"], dana_row["leader"], dana_row["median"]) == (
+        "final metric",
+        "dana_dc",
+        "0.900 [0.855, 0.945] (simulated: m)",
+    )
+
+
+def test_the_first_figure_shows_each_suite_by_its_measure_in_explained_colours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bars of seconds a step over the fastest's for WAGMA's suite (its speed-ups: 1.60× over
+    allreduce), of the final metric for DANA's, of the time to target for the rest; no "no target";
+    a legend for the colours, the leader's never red."""
+    table = pd.DataFrame(
+        [
+            {**_measured("embedded", "ddp", 1.0, 0.9, k=3, tta=12.0), "tta_low_s": 11.0, "tta_high_s": 13.0},
+            {**_measured("embedded", "daso", 1.0, 0.9, k=3, tta=6.0), "tta_low_s": 5.0, "tta_high_s": 7.0},
+            _measured("wagma-claims-64", "allreduce", 1.28, 0.1),
+            _measured("wagma-claims-64", "wagma", 0.8, 0.1),
+            _measured("wagma-claims-64", "local_sgd", 0.82, 0.1),
+            _measured("dana-claims-16", "nag_asgd", 1.0, 0.2),
+            _measured("dana-claims-16", "dana_dc", 1.0, 0.9),
+        ]
+    )
+    measures = {"wagma-claims-64": "seconds a step", "dana-claims-16": "final metric"}
+    drawn = _drawn(monkeypatch)
+    leaders.plot_first_to_target(table, tmp_path, measures)
+    fig = drawn["first_to_target"]
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "1.60×" in texts and "0.8 s (simulated)" in texts  # WAGMA leads, 1.28 / 0.8 over allreduce
+    assert "2.00×" in texts and "0.9" in texts and "0.2" in texts  # ddp 12 s over daso's 6; DANA's metrics
+    assert not any("target" in t and "none" in t or "no target" in t for t in texts)
+    assert [ax.get_xlabel().split(" (line")[0] for ax in fig.axes] == [
+        leaders.MEASURES[m].axis for m in ("time to target", "seconds a step", "final metric")
+    ]
+    ticks = [[t.get_text() for t in ax.get_yticklabels()] for ax in fig.axes]
+    assert ticks == [["daso", "ddp"], ["wagma", "local_sgd", "allreduce"], ["dana_dc", "nag_asgd"]]
+    colours = [[matplotlib.colors.to_hex(bar.get_facecolor()) for bar in ax.patches] for ax in fig.axes]
+    # wagma leads; local_sgd's interval (0.78-0.86) overlaps its (0.76-0.84): tied; allreduce's does not
+    assert colours[1] == [leaders.LEADER, leaders.TIED, leaders.OTHER]
+    assert all(c[0] == leaders.LEADER for c in colours)
+    red = [
+        c for row in colours for c in row if matplotlib.colors.to_rgb(c)[0] > 0.6 > max(matplotlib.colors.to_rgb(c)[1:])
+    ]
+    assert red == []
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "the leader",
+        "tied with it (95 % intervals overlap)",
+        "the others",
+    ]
+    plotting.plt.close("all")
+
+
+def test_completed_runs_of_a_suite_without_a_target_did_not_fail_to_converge(results: Path) -> None:
+    """DDP's seed 3 completed without the target: a problem where the suite is measured by its time to
+    target, what it was run for where the claims read its seconds a step. Failed and unfinished runs
+    are listed either way."""
+    runs = aggregate.load_runs(results)
+    listed = report.problem_runs(runs)["run_id"].tolist()
+    assert listed == ["digits__allreduce__n1x2__s2", "digits__allreduce__n1x2__s3", "digits__ddp__n1x2__s3"]
+    measured = {"local": "seconds a step"}
+    assert report.problem_runs(runs, measured)["run_id"].tolist() == listed[:2]
+    assert report.by_design(runs, measured) == (
+        "Not listed: 1 completed run of suites without a target, which their claims read for something "
+        "else (local: 1, measured by its seconds a step)."
+    )
+    assert report.by_design(runs, {}) == ""
+
+
+def test_a_suites_table_is_sorted_by_its_measure_without_repeats(table: pd.DataFrame) -> None:
+    """allreduce reaches the target first (7 s against 12), DDP ends higher (0.95 against 0.91): the
+    table's order follows the suite's measure, not the alphabet. Every run's best metric is its final
+    one: that column goes, said once. A suite without a target whose runs never reached one loses the
+    time-to-target columns and gets its measure's with the interval."""
+    rows = table.reset_index()
+    by_time, note = report.suite_table(rows, "time to target")
+    assert by_time["algorithm"].tolist() == ["allreduce", "ddp"]
+    assert "best metric" not in by_time and note == "The best metric equals the final one in every row."
+    by_metric, _ = report.suite_table(rows, "final metric")
+    assert by_metric["algorithm"].tolist() == ["ddp", "allreduce"]
+    assert list(by_metric.columns[2:4]) == ["algorithm", "final metric"] and "converged (k/n)" in by_metric
+    assert by_metric["final metric"].iloc[0] == "0.950 [0.800, 0.950]"  # 0.95 in 3 seeds of 4, 0.8 in one
+    never = rows.assign(k=0, tta_median_s=math.nan)
+    steps, note = report.suite_table(never, "seconds a step")
+    assert "seconds a step" in steps and not set(report.TARGET_COLUMNS) & set(steps.columns)
+    assert note.endswith("No run reached a target: the time-to-target columns are left out.")
+
+
+def test_one_seed_has_a_median_and_no_interval() -> None:
+    """One converged seed at 2 s is "2.00 (1 seed)", never a 95 % interval [2.00, 2.00]."""
+    assert tables.median_text(2.0, 2.0, 2.0, 1, ".2f") == "2.00 (1 seed)"
+    assert tables.median_text(2.0, 2.0, 2.0, 5, ".2f") == "2.00 (5 seeds, all equal)"
+    assert tables.median_text(2.0, 1.5, 2.5, 3, ".1f", "s") == "2.0 s [1.5, 2.5]"
+    one = pd.DataFrame([_row("a", 1, 2.0, 1.0)]).assign(
+        k=1, tta_low_s=2.0, tta_high_s=2.0, mb_median=6.0, mb_low=6.0, mb_high=6.0, step_share_max=0.25,
+        speedup_vs_ddp=1.5, speedup_low=1.5, speedup_high=1.5, final_metric_median=0.9, best_metric_median=0.9,
+        comm_share_median=0.1, failed=0, diverged=0, timeout=0, incomplete=0, **{"k/n": "1/3"},
     )  # fmt: skip
-    summary = report.summary_table(table, measures).set_index("suite")["fastest to target"]
-    assert summary["other"] == "none reached the target"
-    assert summary["wagma-claims-64"] == "no target: steps per second for 2 claims and total time for 1 claim"
+    shown = tables.display_table(one).iloc[0]
+    assert shown["median time to target (s)"] == "2.00 (1 seed)" and shown["speed-up vs DDP"] == "1.50×"
+    assert shown[tables.STEP_AT_TARGET] == "25%"  # a share of the time to target, and its name says so
+
+
+def test_what_the_curves_let_the_figures_draw(results: Path) -> None:
+    """DDP's finished runs have 3 evaluations, allreduce's at most 2 (seed 2 failed after 1); only
+    allreduce logs a column of its own (bucket_mb). A one-evaluation group has points and no curve."""
+    drawn = tables.drawn(aggregate.load_curves(results)).set_index("algorithm")
+    assert drawn.loc["ddp", "evaluations"] == 3 and drawn.loc["allreduce", "evaluations"] == 2
+    assert (drawn.loc["ddp", "traced"], drawn.loc["allreduce", "traced"]) == (0, 1)
+
+
+def test_no_profile_over_one_workload_or_workloads_nothing_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload where no algorithm reached the target is left out (it would draw every line flat at
+    0), and one workload is no profile: a sentence, where 21 step lines would overlap."""
+    table = pd.DataFrame(
+        [_row("a", 1, 10.0, 1.0), _row("b", 1, 20.0, 1.0), _row("a", 2, math.nan, 1.0), _row("b", 2, math.nan, 1.0)]
+    )
+    ratios = profile.ratios(table)
+    assert set(ratios["nodes"]) == {1} and profile.workloads(ratios) == {"wall": 1}
+    assert profile.nothing_to_profile(profile.workloads(ratios)).startswith(
+        "No performance profile: it needs 2 workloads or more on one clock where an algorithm reached the target "
+        "(here: 1 on the wall clock)."
+    )
+    drawn = _drawn(monkeypatch)
+    profile.plot_profile(ratios, tmp_path)
+    (ax,) = drawn["performance_profile"].axes
+    assert len(ax.lines) == 0 and "No performance profile" in ax.texts[0].get_text()
+    assert profile.nothing_to_profile({"wall": 2, "simulated": 1}) == ""
+    plotting.plt.close("all")
+
+
+def test_many_lines_keep_the_best_few_in_colour(results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twelve algorithms in one axes: the six fastest to target keep their colours and a legend entry
+    each, the other six are thin grey lines under one entry."""
+    runs = aggregate.load_runs(results)
+    runs = runs[(runs["algorithm"] == "ddp") & (runs["seed"] == 0)]
+    many = pd.concat([runs.assign(algorithm=f"alg{i:02d}", time_to_target_s=10.0 + i) for i in range(12)])
+    curves = aggregate.load_curves(results, runs)
+    curves = pd.concat([curves.assign(algorithm=f"alg{i:02d}") for i in range(12)])
+    drawn = _drawn(monkeypatch)
+    figures.plot_metric_vs_time(many, curves, tmp_path)
+    (ax,) = drawn["local__digits__n1x2__metric_vs_time"].axes[:1]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == [f"alg{i:02d} (1/1)" for i in range(6)] + ["the other 6, in grey", "target 0.9"]
+    grey = [line for line in ax.lines if matplotlib.colors.to_hex(line.get_color()) == plotting.OTHERS]
+    assert len(grey) == 6 and "(the best 6 of 12 in colour)" in ax.get_title()
+    plotting.plt.close("all")
 
 
 def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
