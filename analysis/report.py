@@ -485,8 +485,21 @@ def _rows_of(compared: pd.DataFrame, key: str) -> pd.DataFrame:
     return compared[compared["paper"] == key].drop(columns="paper").reset_index(drop=True)
 
 
+def dana_columns(column: str) -> str:
+    """A column of DANA's table as the report heads it: accuracies in percent, as the paper's beside
+    them; the paper's "gap" (parameters) as a distance, since "gap" in the claims is a metric's."""
+    if column.endswith(" acc"):
+        return f"{column[: -len(' acc')]} accuracy (%)"
+    if column.startswith("paper "):
+        return f"{column} (%)"
+    if column.endswith(" gap"):
+        return f"{column[: -len(' gap')]} parameter distance"
+    return column
+
+
 def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
-    """DANA's tables, accuracies to 3 decimals and gaps in scientific notation, with the verdict."""
+    """DANA's tables in the paper's units (accuracies in percent to 1 decimal beside the paper's to 2;
+    the parameter distance in scientific notation), with the verdict."""
     if not dana_tables:
         return None
     formatted = []
@@ -495,9 +508,11 @@ def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
         for column in shown.columns:
             if column.endswith(" gap"):
                 shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.2e}")
-            elif column.endswith(" acc"):
-                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
-        formatted.append({"title": title, "table": cells(shown)})
+            elif column.endswith(" acc"):  # a fraction here, percent in the paper
+                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{100 * v:.1f}")
+            elif column.startswith("paper "):
+                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+        formatted.append({"title": title, "table": cells(shown.rename(columns=dana_columns))})
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
@@ -551,10 +566,11 @@ def claim_lines(
     def value(row: pd.Series, interval: bool) -> str:
         if pd.isna(row["value"]):
             return "—"
-        ratio = row["quantity"] in claims.RATIOS  # else an ordering: the metric's gap
-        number = (lambda x: f"{x:.2f}×") if ratio else (lambda x: f"{x:+.2f}")
+        ratio = row["quantity"] in claims.RATIOS  # else an ordering: the metric's difference, a fraction
+        # an ordering in percentage points, as the papers give accuracies in percent
+        number = (lambda x: f"{x:.2f}×") if ratio else (lambda x: f"{100 * x:+.1f} pp")
         if not interval:
-            return number(row["value"]) if ratio else f"gap {number(row['value'])}"
+            return number(row["value"])
         if pd.isna(row["coverage"]):  # every seed gave the same value: no interval to show
             return f"{number(row['value'])} ({row['seeds']} seeds, every one the same: deterministic)"
         coverage = f", covers {row['coverage']:.1%}"

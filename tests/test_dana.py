@@ -371,6 +371,20 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     )
     assert dana.ordering(row) == "does not hold: dana_slim < dc_asgd"
     assert dana.ordering(row.drop(["dc_asgd acc", "multi_asgd acc", "nag_asgd acc"])) == "n/a"
+    # both at chance (0.106 against 0.092 on a 10-class task): no ordering is read, whichever is higher
+    assert dana.ordering(pd.Series({"dana_dc acc": 0.106, "nag_asgd acc": 0.092})) == dana.AT_CHANCE
+    assert dana.ordering(pd.Series({"dana_dc acc": 0.9, "nag_asgd acc": 0.092})) == "holds"
+    at_chance = [("t", pd.DataFrame({"workers": [16], "ordering": [dana.AT_CHANCE]}))]
+    assert dana.verdict(at_chance).endswith("near chance here: no ordering to read.")  # not "holds in 0 of 1"
+    # the report's columns in the paper's units: percent beside percent, one meaning per word
+    from analysis import report
+
+    (shown,) = report._dana([(title, table)])["tables"]
+    columns = shown["table"]["columns"]
+    assert "dana_dc accuracy (%)" in columns and "paper dana_dc (%)" in columns
+    assert "nag_asgd parameter distance" in columns and not any(c.endswith(" gap") for c in columns)
+    row = dict(zip(columns, shown["table"]["rows"][-1]))  # 16 workers
+    assert (row["dana_dc accuracy (%)"], row["paper dana_dc (%)"]) == ("96.0", "91.01")
 
 
 def test_dana_dc_default_anchor_is_algorithm_7_as_printed():

@@ -246,6 +246,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     wagma = sections["suite-wagma-claims-64"]
     assert "By its seconds a step: the suite has no target" in wagma and "converged (k/n)" not in wagma
     assert wagma.index("\nwagma\t") < wagma.index("\nlocal_sgd\t") < wagma.index("\nallreduce\t")  # by the measure
+    dana_text = page_text.split("DANA: final accuracy")[1]
+    assert "dana_dc accuracy (%)" in dana_text and "66.0" in dana_text and "parameter distance" in dana_text
     # The first screen holds every claim's verdict, whole, and the figure of every suite by its measure.
     *verdicts, first_figure = verdicts
     assert len(verdicts) == len(claims.load())
