@@ -150,7 +150,9 @@ def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours:
             smallest = min(smallest, grid.min(initial=math.inf))
         style = "-" if straggler == "none" else "--"
         if algorithm not in shown:  # one legend entry for every grey line, no band
-            ax.step(grid, median, where="post", color=plotting.OTHERS, linewidth=0.8, linestyle=style, label=grey)
+            ax.step(
+                grid, median, where="post", color=plotting.OTHERS, linewidth=0.8, linestyle=style, label=grey, zorder=1
+            )
             grey = "_nolegend_"
             continue
         colour = colours.get(algorithm)
