@@ -497,7 +497,7 @@ def dana_columns(column: str) -> str:
     return column
 
 
-def _dana(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
+def dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     """DANA's tables in the paper's units (accuracies in percent to 1 decimal beside the paper's to 2;
     the parameter distance in scientific notation), with the verdict."""
     if not dana_tables:
@@ -689,15 +689,22 @@ def calibration_section(path: Path) -> dict | None:
 
 
 def workflow_minutes(path: Path, now: float | None = None) -> float | None:
-    """Minutes from the workflow invocation's start (``started.txt``: seconds since the epoch) to
-    ``now``, or None where no workflow wrote the file (the report rendered by hand)."""
+    """Minutes the workflow's last invocation took: from its start (``started.txt``, seconds since the
+    epoch) to its end (``finished.txt`` beside it, written when it ended), or to ``now`` while it
+    runs (the workflow renders the report before it ends); None where no workflow wrote the file."""
+
+    def seconds(file: Path) -> float | None:
+        try:
+            return float(file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
     path = Path(path)
-    if not path.is_file():
+    started, finished = seconds(path), seconds(path.with_name("finished.txt"))
+    if started is None:
         return None
-    try:
-        started = float(path.read_text().strip())
-    except ValueError:
-        return None
+    if finished is not None and finished >= started:  # the invocation has ended: a rebuild by hand
+        return (finished - started) / 60.0
     return ((time.time() if now is None else now) - started) / 60.0
 
 
@@ -767,7 +774,7 @@ def render(files: dict) -> Path:
             _paper(key, meta, _rows_of(compared, key), hardware)
             for key, meta in papers.load_meta(files["papers_yaml"]).items()
         ],
-        dana=_dana(dana.read(files["dana"])),
+        dana=dana_section(dana.read(files["dana"])),
         validation=validation_section(files["validation"]),
         calibration=calibration_section(files["calibration"]),
         minutes=workflow_minutes(files["started"]),

@@ -954,6 +954,10 @@ def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
     started.write_text("1000.0\n")  # seconds since the epoch, as the Snakefile's onstart writes
     assert report.workflow_minutes(started, now=1000.0 + 519.0) == pytest.approx(8.65)
     assert report.workflow_minutes(tmp_path / "absent.txt") is None  # rendered by hand: nothing said
+    (tmp_path / "finished.txt").write_text("1231.0\n")  # the invocation ended (onsuccess)
+    assert report.workflow_minutes(started, now=1000.0 + 3200.0) == pytest.approx(3.85)  # a later rebuild by hand
+    started.write_text("2000.0\n")  # the next invocation, rendering before it ends
+    assert report.workflow_minutes(started, now=2000.0 + 60.0) == pytest.approx(1.0)
 
 
 def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_error(tmp_path: Path) -> None:

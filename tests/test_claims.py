@@ -55,8 +55,9 @@ def runs(
             rows.append(
                 {"suite": suite, "algorithm": algorithm, "seed": seed, "nodes": nodes, "procs_per_node": 1,
                  "task": "digits", "status": (status or {}).get(algorithm, ["completed"] * 20)[seed],
-                 "wall_s": 10 * t, "steps": 10, "clock": "simulated", "device": "cpu",
-                 "final_metric": (metric or {}).get(algorithm, [0.5] * 20)[seed], "run_dir": str(run_dir)}
+                 "wall_s": 10 * t, "steps": 10, "step_s": t, "clock": "simulated", "device": "cpu",
+                 "final_metric": (metric or {}).get(algorithm, [0.5] * 20)[seed], "run_dir": str(run_dir),
+                 "target": 0.95}
             )  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -94,6 +95,10 @@ def test_an_ordering_is_reproduced_in_every_seed_at_half_the_papers_gap():
     assert claims.ordering_verdict([0.5, 0.5, 0.5, 0.5, -0.1], 0.7356)[0] == claims.DIRECTION  # 4 of 5
     assert claims.ordering_verdict([0.5, -0.5, 0.5, -0.5, -0.1], 0.7356)[0] == claims.INCONCLUSIVE
     assert claims.ordering_verdict([-0.5, -0.5, -0.5, -0.5, 0.1], 0.7356)[0] == claims.FAILS
+    # DANA's heterogeneous claim: the paper's NAG-ASGD trains (gap 0.08); one at chance is another effect
+    verdict, why = claims.ordering_verdict([0.87, 0.86, 0.88, 0.02, 0.87], 0.0763)
+    assert verdict == claims.DIRECTION and "effect larger: gap 0.87 over twice the paper's 0.08" in why
+    assert claims.ordering_verdict([0.1, 0.12, 0.09, 0.11, 0.1], 0.0763)[0] == claims.REPRODUCED
 
 
 def test_an_ordering_row_gives_the_median_gap_and_its_interval(tmp_path):
@@ -102,6 +107,21 @@ def test_an_ordering_row_gives_the_median_gap_and_its_interval(tmp_path):
     row = claims.evaluate(c, runs(tmp_path, {"dana_dc": [1] * 5, "nag_asgd": [1] * 5}, metric=metric))
     assert row["value"] == pytest.approx(0.7) and (row["low"], row["high"]) == pytest.approx((0.6, 0.8))
     assert row["verdict"] == claims.REPRODUCED
+
+
+def test_an_ordering_holds_in_substance_only_at_the_papers_levels(tmp_path):
+    """DANA-DC over NAG-ASGD at 16 workers: the paper's DANA-DC trains (91.01 % against 91.63 % for one
+    worker). Here it must reach the task's target (0.95): at a median of 0.70 the order holds with a
+    gap within the paper's band, but the claim's substance does not: direction only."""
+    c = claim(quantity="final_metric_above", algorithm="dana_dc", baseline="nag_asgd", paper_ratio=None,
+              paper_gap=0.7356, trains=("dana_dc",))  # fmt: skip
+    steps = {"dana_dc": [1] * 5, "nag_asgd": [1] * 5}
+    low = {"dana_dc": [0.70, 0.22, 0.91, 0.69, 0.75], "nag_asgd": [0.1] * 5}
+    row = claims.evaluate(c, runs(tmp_path / "low", steps, metric=low))
+    assert row["verdict"] == claims.DIRECTION
+    assert "dana_dc 0.70 (median) under the task's target 0.95" in row["why"]
+    trained = {"dana_dc": [0.96, 0.97, 0.96, 0.95, 0.97], "nag_asgd": [0.1] * 5}
+    assert claims.evaluate(c, runs(tmp_path / "high", steps, metric=trained))["verdict"] == claims.REPRODUCED
 
 
 def test_up_to_is_judged_at_the_best_node_count(tmp_path):

@@ -379,7 +379,7 @@ def test_report_sets_accuracy_and_gap_beside_the_paper_and_checks_the_ordering(t
     # the report's columns in the paper's units: percent beside percent, one meaning per word
     from analysis import report
 
-    (shown,) = report._dana([(title, table)])["tables"]
+    (shown,) = report.dana_section([(title, table)])["tables"]
     columns = shown["table"]["columns"]
     assert "dana_dc accuracy (%)" in columns and "paper dana_dc (%)" in columns
     assert "nag_asgd parameter distance" in columns and not any(c.endswith(" gap") for c in columns)
