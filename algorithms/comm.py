@@ -154,7 +154,7 @@ def batch_isend_irecv(ops: list[dist.P2POp]) -> list:
     has posted the matching receive. With the sends first, exchanges that follow each other with no
     barrier between them (a training loop's) fall into step with one direction waiting for the
     other: measured on two nodes at 50 Mbit/s, 2.01x the link's time where the receives first take
-    1.04x (``python -m benchmarks.gloo_links``, docs/measurements.md). MPI codes pre-post receives
+    1.04x (``python -m tools.gloo_links``, docs/measurements.md). MPI codes pre-post receives
     for the same reason. NCCL runs a batch as one group, where the order does not matter."""
     count(sum(tensor_bytes(op.tensor) for op in ops if op.op is dist.isend))
     return dist.batch_isend_irecv(sorted(ops, key=lambda op: op.op is not dist.irecv))

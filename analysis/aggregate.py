@@ -143,7 +143,7 @@ def time_model_label(settings: dict, clock: str) -> str:
 
 def time_source(settings: dict, clock: str) -> str | None:
     """Where a simulated run's batch time comes from (``sim_step_source``: a paper's throughput, a
-    measurement of ``benchmarks.step_time``; "set by hand", the default, also for runs from before the
+    measurement of ``tools.step_time``; "set by hand", the default, also for runs from before the
     setting); None on the wall clock."""
     if clock != "simulated":
         return None

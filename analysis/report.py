@@ -71,8 +71,8 @@ FILES = {
     "dana": "tables/dana.csv",
     "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
     "figures": "figures/*.png",
-    "validation": "tables/validation.csv",  # python -m benchmarks.validate's, shown where present
-    "calibration": "calibration/calibration.csv",  # python -m benchmarks.virtual.calibrate's, shown where present
+    "validation": "tables/validation.csv",  # python -m tools.validate's, shown where present
+    "calibration": "calibration/calibration.csv",  # python -m tools.calibrate's, shown where present
     "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
     "report": "report.html",
 }
@@ -517,7 +517,7 @@ def dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
 
 
 def ratios_path(validation: Path | str) -> Path:
-    """The validation's ratio table, beside its table of cases (``benchmarks.validate`` writes both)."""
+    """The validation's ratio table, beside its table of cases (``tools.validate`` writes both)."""
     validation = Path(validation)
     return validation.with_name(f"{validation.stem}_ratios.csv")
 
@@ -535,7 +535,7 @@ def model_error(
     if not network:
         return ""
     if not errors:
-        return f"{network}: not validated here yet (python -m benchmarks.validate scores it)"
+        return f"{network}: not validated here yet (python -m tools.validate scores it)"
     times = (
         f"{network}'s times: {errors[network][0]:.1%} geomean |error| over {errors[network][1]} test rows"
         if network in errors
@@ -624,7 +624,7 @@ def validation_errors(rows: pd.DataFrame) -> dict[str, tuple[float, int]]:
 
 
 def validation_section(path: Path) -> dict | None:
-    """The virtual cluster against measurements it was not fitted to (``benchmarks/virtual/validate.py``'s
+    """The virtual cluster against measurements it was not fitted to (``tools/validate.py``'s
     tables): the speed-ups' errors per network and family first (what a verdict reads), then per
     network the geomean |error| of the test rows' times, then every ratio and every row; None where
     not run."""
@@ -659,7 +659,7 @@ def validation_section(path: Path) -> dict | None:
 
 
 def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per algorithm, from ``benchmarks/virtual/calibrate.py``'s rows (one per seed): the median measured and
+    """Per algorithm, from ``tools/calibrate.py``'s rows (one per seed): the median measured and
     predicted times to target over the seeds where both reached it, and the prediction's error
     (predicted / measured - 1)."""
     both = rows.dropna(subset=["measured_s", "predicted_s"])
@@ -671,7 +671,7 @@ def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def calibration_section(path: Path) -> dict | None:
     """The report's calibration section: the virtual cluster's predictions beside the measured times
-    (``benchmarks/virtual/calibrate.py``'s files) as a table and its figure, or None where the calibration
+    (``tools/calibrate.py``'s files) as a table and its figure, or None where the calibration
     was not run."""
     path = Path(path)
     if not path.is_file():

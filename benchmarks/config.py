@@ -52,7 +52,7 @@ SETTINGS: dict[str, tuple[object, object]] = {
     "sim_step_source": (
         str,
         "set by hand",
-    ),  # simulated: where sim_step_ms comes from (a paper's figure; benchmarks.step_time)
+    ),  # simulated: where sim_step_ms comes from (a paper's figure; tools.step_time)
     "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
     "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
     "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's

@@ -6,7 +6,7 @@ A GPU comes to this project rarely and briefly (one GPU, minutes, nothing instal
 run on it is written beforehand, and each part that fails is reported without stopping the others.
 The check prints one table, a line per check: what ran, its result (pass, fail or skip, with a number
 or the reason) and the seconds it took. It runs the suite's own entry points, ``python -m
-benchmarks.run`` and ``benchmarks.virtual_cost``, on the embedded ``digits`` task with wandb off:
+benchmarks.run`` and ``benchmarks.timing``, on the embedded ``digits`` task with wandb off:
 
 * **the virtual cluster on the device** (``clock=simulated``: P ranks as threads of one process, the
   compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs (with ``KNOBS``, so that
@@ -354,17 +354,17 @@ def probe_loader(device: torch.device, pinned: bool) -> str:
 
 def probe_cost(device: str) -> str:
     """Simulated worker-steps per second of allreduce at 16x4, on the device and on the CPU (wall
-    clock: the GPU's work is not this process's CPU time), as ``benchmarks.virtual_cost`` measures
+    clock: the GPU's work is not this process's CPU time), as ``tools.virtual_cost`` measures
     them: the difference between runs of 1 and 5 epochs (one step each at 64 ranks), after a run
     that pays the device's start. The stand-in's speed means nothing: it runs 1 and 2 epochs."""
-    from benchmarks import virtual_cost  # noqa: PLC0415
+    from benchmarks import timing  # noqa: PLC0415
 
     epochs = (1, 5) if device == "cuda" else (1, 2)
     sets = ["clock=simulated", "threads=1", "stop_at_target=false"]
-    virtual_cost.timed_run("allreduce", "digits", 16, 4, 1, [*sets, f"device={device}"])
+    timing.timed_run("allreduce", "digits", 16, 4, 1, [*sets, f"device={device}"])
     rates = {}
     for where in (device, "cpu"):
-        _, wall = virtual_cost.step_seconds("allreduce", "digits", 16, 4, epochs, [*sets, f"device={where}"])
+        _, wall = timing.step_seconds("allreduce", "digits", 16, 4, epochs, [*sets, f"device={where}"])
         # a busy machine can make the longer run no slower than the shorter: then there is no number
         rates[where] = f"{1 / wall:.0f}/s" if wall > 0 else "unmeasured (the longer run was not slower)"
     note = " (the stand-in's speed means nothing)" if device != "cuda" else ""

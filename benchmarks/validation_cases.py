@@ -1,5 +1,5 @@
 """The validation's case file (``analysis/papers/validation.yaml``): its cases and the pairs of cases
-whose speed-ups the claims read. Plain data, no torch: ``python -m benchmarks.validate`` runs the
+whose speed-ups the claims read. Plain data, no torch: ``python -m tools.validate`` runs the
 cases, and ``analysis/claims.py`` reads from the same file which published numbers chose a model
 input (``fit``) and which pairs of algorithms a measurement validates, so that a verdict knows
 where its numbers come from.

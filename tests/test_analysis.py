@@ -961,7 +961,7 @@ def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
 
 
 def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_error(tmp_path: Path) -> None:
-    """validation.csv (python -m benchmarks.validate): per network the geomean |error| of its test rows
+    """validation.csv (python -m tools.validate): per network the geomean |error| of its test rows
     only, and a simulated claim's detail names the error of the network it ran on."""
     path = tmp_path / "validation.csv"
     pd.DataFrame(

@@ -1,7 +1,10 @@
-"""The code base's shape: no import cycle, no borrowed private names, and a new algorithm needs one file.
+"""The code base's shape: no import cycle, no import up a floor, no borrowed private names, and a new
+algorithm needs one file.
 
 The import graph is read from the source (every ``import``, at module level or inside a function;
-not those under ``if TYPE_CHECKING:``, which never run), over the suite's three packages. A
+not those under ``if TYPE_CHECKING:``, which never run), over the suite's four packages. They are
+floors, the ground first: the algorithms, the runner (``benchmarks``), the analysis, and the
+measuring commands (``tools``); a package imports its own floor and those below, never one above. A
 package's ``__init__`` counts where it is imported for a name it defines, not as the parent of
 every submodule (as import linters count it). Private names are looked for in the tests too: a test
 that reaches into a module's private name pins what the module may change freely.
@@ -21,7 +24,7 @@ from algorithms.base import Algorithm
 from algorithms.comm import flat_average_
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("algorithms", "benchmarks", "analysis")
+PACKAGES = ("algorithms", "benchmarks", "analysis", "tools")  # the floors, the ground first
 
 
 def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -113,6 +116,31 @@ def test_no_import_cycle_between_the_suites_modules():
     graph = _graph()
     assert graph["benchmarks.run"] >= {"benchmarks.launcher", "benchmarks.recorder"}  # the walk sees imports
     assert _cycles(graph) == []
+
+
+def _upward(graph: dict[str, set[str]], floors: tuple[str, ...] = PACKAGES) -> list[str]:
+    """The imports from a package to one on a higher floor, as ``module -> module``."""
+    floor = {package: i for i, package in enumerate(floors)}
+
+    def of(module: str) -> int:
+        return floor[module.split(".")[0]]
+
+    return sorted(
+        f"{name} -> {target}" for name, targets in graph.items() for target in targets if of(target) > of(name)
+    )
+
+
+def test_the_floor_finder_finds_an_import_up_a_floor():
+    floors = ("low", "high")
+    assert _upward({"low.a": {"high.b"}, "high.b": {"low.c"}, "low.c": set()}, floors) == ["low.a -> high.b"]
+    assert _upward({"high.b": {"low.c", "high.d"}, "high.d": set(), "low.c": set()}, floors) == []
+
+
+def test_no_package_imports_one_on_a_higher_floor():
+    """The runner never imports the analysis or the measuring commands; the analysis never the commands."""
+    graph = _graph()
+    assert graph["tools.calibrate"] >= {"benchmarks.run", "analysis.report"}  # the walk sees the floors above
+    assert _upward(graph) == []
 
 
 def test_the_runner_reads_top_to_bottom_in_350_lines_or_fewer():

@@ -1,4 +1,4 @@
-"""The validation of the virtual cluster (``benchmarks/virtual/validate.py``): its case file, its error
+"""The validation of the virtual cluster (``tools/validate.py``): its case file, its error
 arithmetic, one simulated prediction end to end, and one emulated case where root allows it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import algorithms
 from algorithms.daso import DASO
 from algorithms.topology import Topology
 from benchmarks import config, netns
-from benchmarks.virtual import validate
+from tools import validate
 
 OK, WHY = netns.available()
 
@@ -247,7 +247,7 @@ def test_an_emulated_case_is_measured_behind_its_link_and_predicted(tmp_path):
 
 def test_the_calibration_names_its_fit_and_test_algorithms():
     """calibration.csv's role: the algorithms the model was chosen on are fit, the rest test."""
-    from benchmarks.virtual import calibrate
+    from tools import calibrate
 
     assert set(calibrate.FITTED).isdisjoint(calibrate.TESTED)
     assert calibrate.PREDICTED == [*calibrate.FITTED, *calibrate.TESTED] and calibrate.TESTED

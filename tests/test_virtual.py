@@ -717,7 +717,7 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     """calibrate's fit recovers the link that made the times; a network file names a run's links,
     and a bad one is refused before the run starts, naming what it expected."""
     from benchmarks import config as run_config
-    from benchmarks.virtual import calibrate
+    from tools import calibrate
 
     truth = network.Network("made", network.Link(0, 1), network.Link(2e-4, 1.5e9))
     sizes = [256, 4096, 65536, 1 << 20, 1 << 22]
@@ -741,11 +741,11 @@ _CAPTURED = dict(cwd=Path(__file__).resolve().parent.parent, capture_output=True
 
 @pytest.mark.slow  # its real runs start in a process of their own (a fork of this one could inherit a held lock)
 def test_a_measured_batch_time_goes_with_its_source_to_the_run_and_the_report(tmp_path, run_benchmark):
-    """``benchmarks.step_time`` prints a batch time and its source as ``--set`` items; a simulated run
+    """``tools.step_time`` prints a batch time and its source as ``--set`` items; a simulated run
     given them writes both to config.json and env.json, and the runs table names the source."""
     from analysis import aggregate
 
-    tool = [sys.executable, "-m", "benchmarks.step_time", "--task", "digits"]
+    tool = [sys.executable, "-m", "tools.step_time", "--task", "digits"]
     # 8 epochs apart: 2 s of steps, beyond the noise of two start-ups (2 epochs apart came out negative in 2 of 3)
     measured = subprocess.run([*tool, "--epochs", "1", "9", "--repeats", "1", "--set", "batch_size=4"], **_CAPTURED)
     assert measured.returncode == 0, measured.stderr[-2000:]
@@ -774,7 +774,7 @@ def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
     """On this machine each rank runs U updater processes and an averager that polls without pause:
     U + 1 busy processes where the measured batch had one, so U updates take U + 1 batches, which
     the virtual clock (an update costs a batch x U / speedup) gives with speedup U / (U + 1)."""
-    from benchmarks.virtual import calibrate
+    from tools import calibrate
 
     assert calibrate.updater_speedup("lap_sgd") == calibrate.updater_speedup("lpp_sgd")
     (item,) = calibrate.updater_speedup("lpp_sgd")  # the embedded default's updaters=2
@@ -784,7 +784,7 @@ def test_the_calibration_charges_lap_and_lpp_the_cores_their_averagers_take():
 
 @pytest.mark.slow  # it starts real runs (the plain step and the real layout), which the conftest cannot see
 def test_the_cost_benchmark_sets_each_simulated_step_beside_a_plain_and_a_real_one(capsys):
-    from benchmarks import virtual_cost
+    from tools import virtual_cost
 
     # Runs 2 epochs apart: one epoch (0.2 CPU-s) gave 2.4 to 4.9 CPU-ms a step in 3 tries.
     virtual_cost.main(

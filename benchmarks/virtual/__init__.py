@@ -16,9 +16,9 @@ The package, one concern a module:
 - ``network``: the network model (links, presets, what each collective costs);
 - ``clock``: a rank's clock (compute time, DDP's overlap with backward, Hogwild counters);
 - ``flows``: transfers that share links, max-min fairly;
-- ``job``: what a job's ranks share, and running them (``run``, ``run_job``);
-- ``calibrate``: this machine's network and batch time, fitted, and the model against it
-  (``python -m benchmarks.virtual.calibrate``);
-- ``validate``: the model against measurements it was not fitted to
-  (``python -m benchmarks.validate``).
+- ``job``: what a job's ranks share, and running them (``run``, ``run_job``).
+
+The commands that measure the model live above the runner, in ``tools``: ``python -m
+tools.calibrate`` fits this machine's network and batch time and holds the model against it;
+``python -m tools.validate`` holds it against measurements it was not fitted to.
 """

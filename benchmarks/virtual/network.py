@@ -48,7 +48,7 @@ class Network:
     where ranks share processor cores: the OS runs some ranks' compute after the others', so the
     first message or collective after it waits for the last of them, and the next ones, with no
     compute between, do not. 0 on a cluster, where each rank has its own device; the calibration
-    measures it on the machine it runs on (``benchmarks/virtual/calibrate.py``).
+    measures it on the machine it runs on (``tools/calibrate.py``).
     """
 
     name: str
@@ -273,7 +273,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "networks" / "example
 
 def load(spec: str, inter_speed: float = 1.0) -> Network:
     """The network ``sim_network`` names: a preset, or a JSON file of a ``Network`` (``save``; the
-    calibration writes this machine's, ``python -m benchmarks.virtual.calibrate``; a user can write their
+    calibration writes this machine's, ``python -m tools.calibrate``; a user can write their
     own cluster's). ``inter_speed`` (the ``sim_inter_speed`` setting) multiplies the inter-node
     bandwidth and divides its latency: the least certain numbers of a preset, which the claims'
     verdicts are re-checked against at half and twice the speed."""

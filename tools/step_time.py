@@ -1,9 +1,9 @@
 """One worker's time for a batch of a task on this machine: the number the virtual cluster's
 ``sim_step_ms`` asks for, with its source.
 
-    python -m benchmarks.step_time --task mnist1d_large [--set batch_size=4] [--repeats 3]
+    python -m tools.step_time --task mnist1d_large [--set batch_size=4] [--repeats 3]
 
-It measures the runner's own step, as ``benchmarks.virtual_cost`` measures its plain step: one real
+It measures the runner's own step, as ``tools.virtual_cost`` measures its plain step: one real
 process (1 x 1, allreduce: no communication) with the machine to itself (its threads: ``--set
 threads=``, default all cores, as one worker of a cluster has its own device), the wall-clock
 difference between two runs ``--epochs`` apart over the steps it adds, so that start-up and the one
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import config
-from benchmarks.virtual_cost import step_seconds
+from benchmarks.timing import step_seconds
 
 
 def measure(
@@ -39,14 +39,14 @@ def measure(
     times = [step_seconds("allreduce", task, 1, 1, epochs, sets)[1] for _ in range(repeats)]
     threads = cfg.settings["threads"] or "all cores'"
     source = (
-        f"measured by python -m benchmarks.step_time on {platform.node()}, {datetime.date.today().isoformat()}: "
+        f"measured by python -m tools.step_time on {platform.node()}, {datetime.date.today().isoformat()}: "
         f"the runner's step of {task} at batch {cfg.hparams['batch_size']}, {threads} threads, median of {repeats}"
     )
     return times, source
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.step_time", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.step_time", description=__doc__.splitlines()[0])
     p.add_argument("--task", required=True, help="registered task name (python -m benchmarks.run --list)")
     p.add_argument("--epochs", type=int, nargs=2, default=[1, 2], help="the two runs' epochs")
     p.add_argument("--repeats", type=int, default=3, help="measurements, of which the median counts")

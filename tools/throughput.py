@@ -1,6 +1,6 @@
 """Step throughput of each algorithm against the same loop with no communication at all.
 
-    python -m benchmarks.throughput [--task mnist1d] [--algorithms ddp allreduce] [--world 2 4]
+    python -m tools.throughput [--task mnist1d] [--algorithms ddp allreduce] [--world 2 4]
                                     [--nodes 2] [--set key=value ...] [--stragglers K --delay-ms D]
 
 For each world size W it starts W gloo processes on this machine (``--nodes`` virtual nodes of W/N

@@ -1,6 +1,6 @@
 """Validation: the virtual cluster's predictions against measurements, fit and test apart.
 
-    python -m benchmarks.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
+    python -m tools.validate [--cases analysis/papers/validation.yaml] [--out results/tables/validation.csv]
                                   [--work DIR] [--only REGEX] [--ratios-only]
 
 A verdict at a paper's scale is only as good as the time model behind it, and a model is only
@@ -17,7 +17,7 @@ scored, ``test`` otherwise. Two kinds of measurement:
   root only): a real 2 x 2 gloo run of digits behind links of R Mbit/s, its steady-state time per
   step (after the first epoch), predicted by its virtual twin on a network built from the rate
   (inter-node: R; the per-message latency, ``sync_s`` and the intra-node link: this machine's
-  loopback, measured now as ``benchmarks.virtual.calibrate`` does) and the compute time of a step measured
+  loopback, measured now as ``tools.calibrate`` does) and the compute time of a step measured
   alone (4 single-process runs at once, ``calibrate.measure_batch``). Without root these are left out,
   with the reason printed.
 
@@ -60,9 +60,10 @@ from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, u
     ratio_rules,
     ratio_summary,
 )
-from benchmarks.virtual import calibrate, job, network
+from benchmarks.virtual import job, network
+from tools import calibrate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "tables" / "validation.csv"
 COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
 
@@ -272,12 +273,12 @@ def emulated_network(rate_mbit: float, machine: dict, work: Path, ranks: int = c
     intra = network.Link(**machine["intra"])
     payload = rate_mbit * 1e6 / 8 * netns.PAYLOAD_BYTES / netns.FRAME_BYTES
     inter = network.Link(latency_s=intra.latency_s, bandwidth_bps=payload)
-    source = "benchmarks/virtual/validate.py: the TCP payload of benchmarks/netns.py's tbf rate, the loopback's latency"
+    source = "tools/validate.py: the TCP payload of benchmarks/netns.py's tbf rate, the loopback's latency"
     net = network.Network(
         f"emulated_{rate_mbit:g}mbit",
         intra,
         inter,
-        {"inter": source, "intra": "this machine's loopback (benchmarks.virtual.calibrate.measure_network)"},
+        {"inter": source, "intra": "this machine's loopback (tools.calibrate.measure_network)"},
         sync_s=machine["sync_s"],
         skips_empty_segments=machine["skips"],
     )
@@ -305,7 +306,7 @@ def predict_emulated(case: dict, machine: dict, work: Path) -> float:
     extra = {
         "sim_network": str(emulated_network(case["rate_mbit"], machine[ranks], work, ranks)),
         "sim_step_ms": round(machine[ranks]["step_ms"], 4),
-        "sim_step_source": f"benchmarks.virtual.validate: calibrate.measure_batch, {ranks} runs at once",
+        "sim_step_source": f"tools.validate: calibrate.measure_batch, {ranks} runs at once",
         "device": "cpu",
     }
     return steady_step_s(simulate({**case["run"], "set": knobs}, work, extra))
@@ -381,7 +382,7 @@ def report_ratios(ratios: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.validate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.validate", description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=Path, default=CASES)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--work", type=Path, help="where the runs go (default: a temporary folder, removed)")

@@ -1,6 +1,6 @@
 """Calibration: the virtual cluster's time to target for the embedded runs, beside the measured one.
 
-    python -m benchmarks.virtual.calibrate [--algorithms ddp allreduce ...] [--seeds 0 1 2] [--out results/calibration]
+    python -m tools.calibrate [--algorithms ddp allreduce ...] [--seeds 0 1 2] [--out results/calibration]
 
 The virtual cluster is only as good as its time model. Here it is given this machine's numbers and
 asked to predict what the real runs of the embedded default (digits, 2 nodes x 2 processes, its
@@ -24,7 +24,7 @@ It writes ``calibration.csv`` (one row per algorithm and seed, with its ``role``
 algorithms the model was chosen on, ``test`` for the others, ``FITTED`` and ``TESTED``),
 ``calibration.json`` (the measured link and batch time: the cells every prediction is fitted to) and
 ``calibration.png`` (predicted against measured, with the 25 % band), and prints the error per
-algorithm and the geometric mean of the test algorithms' |error|, as ``benchmarks.virtual.validate`` does. ``analysis/report.py`` shows them where present. The parameter-server
+algorithm and the geometric mean of the test algorithms' |error|, as ``tools.validate`` does. ``analysis/report.py`` shows them where present. The parameter-server
 family is not predicted: its arrival model charges no evaluation, and its real runs' master is a
 process of its own.
 """
@@ -55,7 +55,7 @@ from analysis.report import calibration_summary
 from benchmarks import config, run, tasks
 from benchmarks.virtual import network
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RANKS, NODES, PPN = 4, 2, 2
 SIZES = [2**k for k in range(6, 21, 2)]  # float32 elements: 256 B to 4 MB
 # The algorithms whose cells the time model was chosen on, ``fit`` in calibration.csv: ``sync_s``
@@ -67,7 +67,7 @@ FITTED = [
     *("lap_sgd", "lpp_sgd"),
 ]
 # Calibrated first after those choices, so ``test``: the model's out-of-sample cells on this machine.
-# A model change chosen on one of them moves it to FITTED (benchmarks/virtual/validate.py's rule).
+# A model change chosen on one of them moves it to FITTED (tools/validate.py's rule).
 TESTED = ["horovod", "powersgd", "diloco"]
 PREDICTED = [*FITTED, *TESTED]
 
@@ -149,7 +149,7 @@ def measure_network(reps: int = 60, ranks: int = RANKS) -> tuple[network.Network
     link = fit_ring([4 * n for n in SIZES], alone, ranks)
     sync_s = max(statistics.median(a - b for a, b in zip(added, alone)), 0.0)
     where = f"{ranks} processes of this machine ({os.uname().nodename}), 256 B to 4 MB, median of 3 means of {reps}"
-    source = f"gloo all-reduces back to back among {where}, least squares on the ring model (benchmarks/virtual/calibrate.py)"
+    source = f"gloo all-reduces back to back among {where}, least squares on the ring model (tools/calibrate.py)"
     sync = (
         f"what the same all-reduces add to a training iteration (a batch then the all-reduce, less the batch "
         f"alone) beyond their back-to-back time, median over the sizes: the ranks share {os.cpu_count()} cores"
@@ -254,7 +254,7 @@ def figure(rows: list[dict[str, object]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.virtual.calibrate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--algorithms", nargs="+", default=PREDICTED)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=ROOT / "results" / "calibration")
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     simulated = ["clock=simulated", f"sim_network={args.out / 'network.json'}", f"sim_step_ms={step_s * 1e3:.4f}"]
     simulated.append(
-        f"sim_step_source=measured by python -m benchmarks.virtual.calibrate on {os.uname().nodename}: {RANKS} runs at once"
+        f"sim_step_source=measured by python -m tools.calibrate on {os.uname().nodename}: {RANKS} runs at once"
     )
     rows = []
     for algorithm in args.algorithms:
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         role = "fit" if r.algorithm in FITTED else "test"
         print(f"{r.algorithm:<15} {r.measured_s:>8.2f}s {r.predicted_s:>9.2f}s {r.error:>+7.0%} {role}")
     tested = [abs(e) for a, e in zip(summary["algorithm"], summary["error"]) if a not in FITTED and not pd.isna(e)]
-    if tested:  # the geometric mean, as benchmarks.virtual.validate scores its test rows
+    if tested:  # the geometric mean, as tools.validate scores its test rows
         mean = float(np.exp(np.mean(np.log(np.maximum(tested, 1e-12)))))
         print(f"test algorithms (out of sample): geomean |error| {mean:.1%} over {len(tested)}")
     print(f"wrote {args.out}/calibration.csv, calibration.png, network.json")

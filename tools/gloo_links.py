@@ -1,7 +1,7 @@
 """gloo's messages over the emulated links, beside the links' own time: where a real run and its twin
 part, is it the links, TCP, or gloo?
 
-    python -m benchmarks.gloo_links [--rate-mbit 50] [--kilobytes 175] [--reps 12]
+    python -m tools.gloo_links [--rate-mbit 50] [--kilobytes 175] [--reps 12]
 
 Two nodes of ``benchmarks/netns.py`` (root), one process each (each on a core of its own), prints the
 median over ``reps`` rounds, each after 10 ms idle, of: the bytes at the links' TCP payload rate
@@ -160,7 +160,7 @@ def gloo_ms(network: netns.Network, nbytes: int, reps: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gloo_links", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.gloo_links", description=__doc__.splitlines()[0])
     p.add_argument("--rate-mbit", type=float, default=50.0, help="the links' rate (default 50)")
     p.add_argument("--kilobytes", type=float, default=174.664, help="bytes a message, in kB (default: digits' model)")
     p.add_argument("--reps", type=int, default=12, help="rounds, of which the median is shown (default 12)")

@@ -1,7 +1,7 @@
 """What simulating costs: the machine time of one worker-step on the virtual cluster, against one real
 process's training step on the same task.
 
-    python -m benchmarks.virtual_cost [--task digits] [--algorithms allreduce wagma] [--layouts 2x2 16x4]
+    python -m tools.virtual_cost [--task digits] [--algorithms allreduce wagma] [--layouts 2x2 16x4]
 
 Both are measured the same way, through the runner: the difference in machine time between two runs
 ``--epochs`` apart, divided by the worker-steps that difference adds (steps x ranks), so that
@@ -33,58 +33,16 @@ differences measured here).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
-import resource
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from algorithms import comm
-from benchmarks import config, run, tasks
+from benchmarks import config, tasks
+from benchmarks.timing import step_seconds, timed_run
 from benchmarks.virtual import job, network
-
-
-def cpu_seconds() -> float:
-    """User and system CPU seconds of this process and of its children that have been waited for."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def timed_run(
-    algorithm: str, task: str, nodes: int, ppn: int, epochs: int, sets: list[str]
-) -> tuple[float, float, dict]:
-    """CPU seconds and wall-clock seconds of one run of the runner, and its summary."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
-        argv = ["--algorithm", algorithm, "--task", task, "--nodes", str(nodes), "--procs-per-node", str(ppn)]
-        argv += ["--out", str(out), "--set", "wandb=false", "--set", f"epochs={epochs}", "--set", "checkpoint_every=0"]
-        argv += ["--set", "eval_every=1000"]  # one evaluation, after the last epoch (see the module's docstring)
-        for item in config.overrides_for(algorithm, task, sets):  # an algorithm's knob goes to its runs only
-            argv += ["--set", item]
-        cpu, start = cpu_seconds(), time.perf_counter()
-        with contextlib.redirect_stderr(io.StringIO()):
-            code = run.main(argv)
-        cpu, wall = cpu_seconds() - cpu, time.perf_counter() - start
-        if code != 0:
-            raise RuntimeError(f"{algorithm} {nodes}x{ppn} failed: see `python -m benchmarks.run {' '.join(argv)}`")
-        return cpu, wall, json.loads((out / "summary.json").read_text())
-
-
-def step_seconds(
-    algorithm: str, task: str, nodes: int, ppn: int, epochs: tuple[int, int], sets: list[str]
-) -> tuple[float, float]:
-    """CPU and wall-clock seconds per worker-step: the difference between two runs ``epochs`` apart,
-    over the worker-steps it adds (start-up and the one evaluation cancel)."""
-    short_cpu, short_wall, _ = timed_run(algorithm, task, nodes, ppn, epochs[0], sets)
-    long_cpu, long_wall, summary = timed_run(algorithm, task, nodes, ppn, epochs[1], sets)
-    worker_steps = (epochs[1] - epochs[0]) * summary["steps"] // summary["epochs"] * nodes * ppn
-    return (long_cpu - short_cpu) / worker_steps, (long_wall - short_wall) / worker_steps
 
 
 def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, float]:
@@ -138,7 +96,7 @@ def own_costs(task: str, nodes: int, ppn: int, repeats: int = 200) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.virtual_cost", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.virtual_cost", description=__doc__.splitlines()[0])
     p.add_argument("--task", default="digits")
     p.add_argument("--algorithms", nargs="+", default=["allreduce", "dpsgd", "wagma"])
     p.add_argument("--layouts", nargs="+", default=["2x2", "4x4"], help="NxG: nodes x processes per node")
