@@ -143,6 +143,9 @@ class Algorithm(abc.ABC):
     # Where sibling classes share one constructor (the parameter-server family), the knobs this one
     # reads: the others are not offered for it (``algorithms.params``). None: every keyword argument.
     own_knobs: ClassVar[tuple[str, ...] | None] = None
+    # Whether one update averages every worker's batch (``scale_lr``'s linear rule multiplies the lr by
+    # the world size); False where each worker's gradient is an update of its own (a parameter server).
+    averages_workers: ClassVar[bool] = True
     # What runs it under ``--set clock=simulated``: "virtual" (the runner's loop, this class's own code,
     # on the virtual cluster's ranks: benchmarks/virtual/), "arrivals" (the parameter server's
     # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).

@@ -124,6 +124,7 @@ class ParameterServer(LoopAlgorithm):
     RULE = "asgd"
     worker_momentum = False  # the workers keep a momentum and send ``m v + g`` (``async_rules.slim_payload``)
     sgd_only = True
+    averages_workers = False  # each worker's gradient is one update: the lr stays the single worker's
     family = "parameter server"
     simulator = "arrivals"  # the asynchronous workers' arrival order (benchmarks/simulator.py)
     columns = ("gap", "lag", "idle_s", "max_share")

@@ -21,7 +21,6 @@ import yaml
 
 import algorithms
 from algorithms import accelerator
-from algorithms.parameter_server import ParameterServer
 from benchmarks import naming, stragglers, tasks
 from benchmarks.schedule import SCHEDULES
 from benchmarks.virtual import network
@@ -282,14 +281,13 @@ def lr_scale(algorithm: str, world_size: int) -> int:
     Goyal et al.'s linear rule scales the lr with the batch one update is computed from. The
     synchronous and decentralised algorithms (``ddp``, ``allreduce``, gossip, local SGD, LAP/LPP-SGD)
     average the batches of all ``world_size`` ranks, simulated or real: the factor is ``world_size``.
-    A parameter server (every subclass of ``ParameterServer``: ASGD, NAG-ASGD, Multi-ASGD, DC-ASGD and
+    A parameter server (``Algorithm.averages_workers`` False: ASGD, NAG-ASGD, Multi-ASGD, DC-ASGD and
     the DANA variants) applies each worker's batch-B gradient as an update of its own, so its lr stays
     the single-worker one, as in the DANA paper (arXiv:1907.11612, App. A.5): the factor is 1 (world_size
     would be N on the simulated clock and N + 1 on a real run, whose world also counts the master).
-    The class check lives here, beside the rule, because what one update averages is a property of
-    the algorithm's update, not a knob a run could set.
+    What one update averages is a property of the algorithm's update (a class attribute), not a knob.
     """
-    return 1 if issubclass(algorithms.get(algorithm), ParameterServer) else world_size
+    return world_size if algorithms.get(algorithm).averages_workers else 1
 
 
 def _check_values(config: RunConfig) -> None:

@@ -126,7 +126,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
     # The ranks on this machine share its CPUs (all of them under the local launcher, whatever its virtual
     # nodes); the virtual cluster runs one rank at a time: each gets the machine.
     ranks_here = 1 if in_virtual else launch.local_size
-    threads = s["threads"] or tasks.default_threads(ranks_here, device, tasks.get(cfg.task))
+    task = tasks.get(cfg.task)
+    threads = s["threads"] or tasks.default_threads(ranks_here, device, task)
     torch.set_num_threads(threads)
     now = clock or WallClock(device)
     backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
@@ -136,7 +137,6 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
         timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
         control = dist.new_group(backend=comm.side_backend(), timeout=timeout)
         comm.set_sent_bytes(0.0)  # the algorithm's bytes from here on; a resume restores its count
-        task = tasks.get(cfg.task)
         train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
         torch.manual_seed(cfg.seed)  # same initial model on every rank
         model = task.make_model().to(device)

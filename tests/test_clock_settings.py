@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _dry_run(tmp_path: Path, matrix: dict) -> subprocess.CompletedProcess:
     """``snakemake -n -p`` on ``matrix``, in a copy of the workflow's sources under ``tmp_path``."""
     tmp_path.mkdir(parents=True)
-    for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
+    for name in ("Snakefile", "rules", "algorithms", "benchmarks", "analysis", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))

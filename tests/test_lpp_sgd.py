@@ -410,7 +410,7 @@ def test_reaches_the_digits_target_with_2_workers_x_2_updaters(tmp_path, name, l
 def test_paper_matrix_dry_run_lists_every_run(tmp_path):
     matrix = yaml.safe_load((ROOT / "config/lpp.yaml").read_text())
     with tempfile.TemporaryDirectory(dir=tmp_path) as work:
-        for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
+        for name in ("Snakefile", "rules", "algorithms", "benchmarks", "analysis", "config"):
             os.symlink(ROOT / name, Path(work) / name)
         result = subprocess.run(
             [sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/lpp.yaml"],

@@ -42,7 +42,7 @@ PAPERS = sorted(p.name for p in (ROOT / "config").glob("*.yaml") if p.name not i
 
 def _workdir(tmp_path: Path) -> Path:
     """A copy of the workflow with its profiles (and the root's ``slurm`` link), results kept out."""
-    for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config", "profiles", "slurm"):
+    for name in ("Snakefile", "rules", "algorithms", "benchmarks", "analysis", "config", "profiles", "slurm"):
         src = ROOT / name
         if src.is_symlink():
             (tmp_path / name).symlink_to(src.readlink())

@@ -20,7 +20,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 def _workdir(tmp_path: Path, matrix: dict) -> Path:
     """A copy of the workflow's sources in ``tmp_path`` so the test's results stay out of the repo."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "algorithms", "benchmarks", "analysis", "config"):
+    for name in ("Snakefile", "rules", "algorithms", "benchmarks", "analysis", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))

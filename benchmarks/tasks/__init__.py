@@ -67,6 +67,8 @@ HPARAM_KEYS = (
 # arXiv v1 Sec. 4.1 / J. Big Data Table 1; threshold and min_lr: Heat's examples/nn/imagenet-DASO.py).
 HPARAM_DEFAULTS = {
     "optimizer": "sgd",
+    "momentum": 0.9,
+    "eval_every": 1,
     "betas": [0.9, 0.999],
     "eps": 1e-8,
     "plateau_patience": 5,

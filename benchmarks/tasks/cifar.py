@@ -112,7 +112,6 @@ def _recipe(*, epochs: int, milestones: list[int], gamma: float, weight_decay: f
     return {
         "batch_size": 128,  # per worker, both papers
         "lr": 0.1,  # single-worker peak; see the module docstring for scaling
-        "momentum": 0.9,
         "nesterov": True,
         "weight_decay": weight_decay,
         "epochs": epochs,
@@ -120,7 +119,6 @@ def _recipe(*, epochs: int, milestones: list[int], gamma: float, weight_decay: f
         "warmup_epochs": 5,
         "milestones": list(milestones),
         "gamma": gamma,
-        "eval_every": 1,
     }
 
 

@@ -231,7 +231,6 @@ TASK = Task(
     hparams={
         "batch_size": 2,  # per process
         "lr": 0.4,  # peak after the 5-epoch warm-up, independent of the GPU count (J. Big Data Table 3)
-        "momentum": 0.9,
         "nesterov": False,
         "weight_decay": 1e-4,
         "epochs": 175,
@@ -239,9 +238,7 @@ TASK = Task(
         "warmup_epochs": 5,
         "milestones": [],
         "gamma": 0.75,  # the plateau factor
-        "plateau_patience": 5,
         "plateau_threshold": 0.015,
-        "min_lr": 1e-4,
         "eval_every": 5,
     },
     metric="miou",

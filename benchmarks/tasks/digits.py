@@ -63,7 +63,6 @@ TASK = Task(
     hparams={
         "batch_size": 16,
         "lr": 0.05,
-        "momentum": 0.9,
         "nesterov": False,
         "weight_decay": 0.0,
         "epochs": 10,
@@ -71,6 +70,5 @@ TASK = Task(
         "warmup_epochs": 0,
         "milestones": [],
         "gamma": 0.1,
-        "eval_every": 1,
     },
 )

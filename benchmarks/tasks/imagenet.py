@@ -111,7 +111,6 @@ TASK = Task(
     hparams={
         "batch_size": 32,  # per worker
         "lr": 0.0125,  # 0.1 per 256 images at one worker; scale to the global batch
-        "momentum": 0.9,
         "nesterov": False,
         "weight_decay": 1e-4,
         "epochs": 90,
@@ -119,7 +118,6 @@ TASK = Task(
         "warmup_epochs": 5,
         "milestones": [30, 60, 80],
         "gamma": 0.1,
-        "eval_every": 1,
     },
     data_hint=_HINT,
     check_data=check_data,

@@ -77,7 +77,6 @@ TASK = Task(
     hparams={
         "batch_size": 32,
         "lr": 0.1,
-        "momentum": 0.9,
         "nesterov": False,
         "weight_decay": 1e-4,
         "epochs": 20,
@@ -85,7 +84,6 @@ TASK = Task(
         "warmup_epochs": 1,
         "milestones": [],
         "gamma": 0.1,
-        "eval_every": 1,
     },
 )
 

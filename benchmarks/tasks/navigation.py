@@ -337,7 +337,6 @@ TASK = Task(
         "warmup_epochs": 0,
         "milestones": [],
         "gamma": 0.1,
-        "eval_every": 1,
     },
     metric="spl",
     loss=ppo_loss,

@@ -370,7 +370,6 @@ TASK = Task(
         "warmup_epochs": 1,
         "milestones": [],
         "gamma": 0.1,
-        "eval_every": 1,
     },
     metric="bleu",
     data_hint=_HINT,
