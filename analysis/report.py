@@ -640,6 +640,9 @@ def validation_section(path: Path) -> dict | None:
     if "unit" in rows:
         shown.insert(6, "unit", rows["unit"])
     summary = "; ".join(f"{net} {e:.1%} over {n} test rows" for net, (e, n) in sorted(errors.items()))
+    spoiled = int((rows["role"] == "apparatus").sum())
+    if spoiled:  # scored and listed, but this machine spoils them: out of the summaries, with the reason
+        summary += f"; {spoiled} rows the measuring machine spoils (role apparatus, the case file says how) left out"
     section = {"summary": summary or "no test rows", "table": cells(shown), "ratio_summary": None, "ratios": None}
     if ratios_path(path).is_file():
         ratios = pd.read_csv(ratios_path(path))

@@ -15,7 +15,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "analysis" / "papers" / "validation.yaml"
-ROLES = ("fit", "test")
+# fit: a model input was chosen on it; test: scored, never used for a choice; apparatus: scored, but
+# the measuring machine spoils it (the case's ``apparatus`` says how, and which measurement shows it),
+# so it stays out of the summaries beside the fit rows
+ROLES = ("fit", "test", "apparatus")
 QUANTITIES = ("time", "steps_per_s", "speedup", "emulated_step", "bus_bandwidth")
 UNITS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "steps/s": None, "x": None, "GB/s": None}
 EMULATED = "emulated"  # the network column of the emulated runs, whatever their rate
@@ -36,6 +39,8 @@ def load(path: Path = CASES) -> tuple[list[dict], list[dict]]:
         names.add(name)
         if case["role"] not in ROLES or case["quantity"] not in QUANTITIES or case["unit"] not in UNITS:
             raise ValueError(f"case {name!r}: role in {ROLES}, quantity in {QUANTITIES}, unit in {list(UNITS)}")
+        if (case["role"] == "apparatus") != bool(case.get("apparatus")):
+            raise ValueError(f"case {name!r}: role apparatus, and only it, says in `apparatus` what spoils the row")
         if case["quantity"] == "emulated_step":
             if "rate_mbit" not in case or case["network"] != EMULATED:
                 raise ValueError(f"case {name!r}: an emulated case names rate_mbit and network {EMULATED!r}")
@@ -58,6 +63,13 @@ def ratio_rules(path: Path = CASES) -> list[dict]:
         if set(rule) != {"case", "baseline"}:
             raise ValueError(f"ratio rule {rule}: it names a case pattern and a baseline pattern, nothing else")
     return rules
+
+
+def pair_role(a: dict, b: dict) -> str:
+    """The role of a ratio of two cases: fit where either chose a model input, apparatus where either
+    is spoiled by the machine, else test."""
+    roles = {a["role"], b["role"]}
+    return "fit" if "fit" in roles else "apparatus" if "apparatus" in roles else "test"
 
 
 def algorithm_of(spec: dict) -> str:
@@ -93,8 +105,9 @@ def pairs(cases: list[dict], rules: list[dict]) -> list[tuple[dict, dict]]:
 
 def validated_pairs(path: Path = CASES) -> dict[tuple[str, str, str], str]:
     """{(network, algorithm, baseline): role} for every speed-up the case file can score: ``test``
-    where one of its ratios has two test cases, else ``fit``. A pair that is absent has no
-    measurement at all; its inverse (the baseline over the algorithm) counts as the same pair."""
+    where one of its ratios has two test cases, else ``fit`` (a fit or an apparatus row: no
+    measurement that validates). A pair that is absent has no measurement at all; its inverse (the
+    baseline over the algorithm) counts as the same pair."""
     cases, _ = load(path)
     roles: dict[tuple[str, str, str], str] = {}
 
@@ -106,7 +119,7 @@ def validated_pairs(path: Path = CASES) -> dict[tuple[str, str, str], str]:
         if c["quantity"] == "speedup":
             note(c["network"], algorithm_of(c["run"]), algorithm_of(c["baseline"]), c["role"])
     for a, b in pairs(cases, ratio_rules(path)):
-        role = "test" if a["role"] == b["role"] == "test" else "fit"
+        role = pair_role(a, b)
         note(a["network"], algorithm_of(a["run"]), algorithm_of(b["run"]), role)
     return roles
 

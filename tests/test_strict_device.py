@@ -182,8 +182,8 @@ COMMON = [
 # 0.053 (WAGMA), 0.114 (LAP-SGD: 0.797-0.911) and 0.008 (LPP-SGD; 0.028 with a random slow rank each
 # step). A resumed run must land within that noise of an uninterrupted one: here, within about 1.5-2x
 # the spread, so that a resume that lost or mixed up state (an untrained model scores 0.1) fails.
-# LPP-SGD is LAP-SGD's Hogwild with partial steps, and its 6 runs undersampled the same timing noise:
-# a full suite on 2026-11-26 saw 0.894 resumed against 0.838 uninterrupted (0.056); it gets LAP-SGD's.
+# LPP-SGD is LAP-SGD's Hogwild with partial steps, and its 6 runs undersampled the same timing noise
+# (a resumed run 0.056 from an uninterrupted one has been seen): it gets LAP-SGD's bound.
 NOISE = {"adpsgd": 0.04, "wagma": 0.08, "lap_sgd": 0.17, "lpp_sgd": 0.17}
 
 

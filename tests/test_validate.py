@@ -21,7 +21,7 @@ OK, WHY = netns.available()
 
 def test_the_case_file_parses_and_each_case_names_its_source_and_role():
     cases, left_out = validate.load()
-    assert {c["role"] for c in cases} == {"fit", "test"}
+    assert {c["role"] for c in cases} == {"fit", "test", "apparatus"}
     assert all(c["source"] and c["network"] for c in cases)
     tests = [c for c in cases if c["role"] == "test"]
     assert len(tests) >= 12 and len({c["network"] for c in tests}) >= 3  # two papers' networks, the emulated one
@@ -85,8 +85,20 @@ def test_the_fit_rows_are_those_the_model_was_chosen_on():
         # the emulated links were changed after these rows (a tbf's bucket passed bursts at once)
         *(f"emulated-{a}-{r}mbit" for r in (25, 100) for a in EMULATED_ALGORITHMS),
     }
+    # the machine spoils some rows (docs/measurements.md): at 2 x 2 the compute-bound algorithms, two
+    # ranks a core; at any layout WAGMA and AD-PSGD, whose communication threads take the cores
+    cores, threads = {"local_sgd", "diloco", "daso"}, {"wagma", "adpsgd"}
+    spoiled = {c["case"] for c in cases if c["role"] == "apparatus"}
+    assert spoiled == {
+        *(f"emulated-{a}-{r}mbit" for r in (50, 200) for a in cores | threads),
+        *(f"emulated21-{a}-{r}mbit" for r in (35, 140) for a in threads),
+    }
+    assert all("docs/measurements.md" in c["apparatus"] for c in cases if c["role"] == "apparatus")
     tested = {c["case"] for c in cases if c["role"] == "test" and c["network"] == "emulated"}
-    assert tested == {f"emulated-{a}-{r}mbit" for r in (50, 200) for a in EMULATED_ALGORITHMS}
+    assert tested == {
+        *(f"emulated-{a}-{r}mbit" for r in (50, 200) for a in set(EMULATED_ALGORITHMS) - cores - threads),
+        *(f"emulated21-{a}-{r}mbit" for r in (35, 140) for a in set(EMULATED_ALGORITHMS) - threads),
+    }
 
 
 @pytest.mark.parametrize(
@@ -167,6 +179,28 @@ def test_a_ratio_is_the_baselines_time_over_the_algorithms_with_its_error_and_ro
             "largest": "emu-wagma-50 over emu-allreduce-50",
         }
     ]
+
+
+def test_a_row_the_machine_spoils_is_shown_and_left_out_of_the_summaries(tmp_path):
+    """A case of role apparatus says what spoils it; its ratios take that role and stay out of the
+    family summary, as a fit case's do."""
+    cases = [_case("e-allreduce-50", "allreduce"), _case("e-sgp-50", "sgp"), _case("e-wagma-50", "wagma")]
+    cases[2] |= {"role": "apparatus", "apparatus": "its thread takes the core (measured)"}
+    rows = {
+        "e-allreduce-50": {"measured": 10.0, "predicted": 10.0},
+        "e-sgp-50": {"measured": 10.0, "predicted": 11.0},
+        "e-wagma-50": {"measured": 10.0, "predicted": 5.0},
+    }
+    rules = [{"case": r"e-(?P<alg>sgp|wagma)-(?P<rate>\d+)", "baseline": "e-allreduce-{rate}"}]
+    ratios = {r["algorithm"]: r for r in validate.ratio_rows(cases, rows, rules)}
+    assert ratios["wagma"]["role"] == "apparatus" and ratios["sgp"]["role"] == "test"
+    (summary,) = validate.ratio_summary(list(ratios.values()))
+    assert summary["test_ratios"] == 1 and summary["largest_abs_error"] == pytest.approx(1 - 1 / 1.1)  # sgp only
+    path = tmp_path / "cases.yaml"
+    bare = {k: v for k, v in cases[2].items() if k != "apparatus"}
+    path.write_text(yaml.safe_dump({"cases": [{**bare, "rate_mbit": 50, "network": "emulated"}]}))
+    with pytest.raises(ValueError, match="role apparatus, and only it, says in `apparatus` what spoils the row"):
+        validate.load(path)
 
 
 def test_a_throughput_ratio_and_a_published_speedup_keep_their_direction():

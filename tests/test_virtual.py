@@ -728,7 +728,10 @@ def test_a_measured_link_is_fitted_to_the_ring_and_read_from_its_file(tmp_path):
     network.save(here, tmp_path / "net.json")
     assert network.load(str(tmp_path / "net.json")) == here
     (tmp_path / "bad.json").write_text('{"name": "x", "intra": {"latency_s": 1}}')
-    for spec, message in (("bad.json", "expected the form of config/networks/example.json"), ("nowhere", "choose one of juwels_booster")):
+    for spec, message in (
+        ("bad.json", "expected the form of config/networks/example.json"),
+        ("nowhere", "choose one of juwels_booster"),
+    ):
         with pytest.raises(run_config.ConfigError, match=message):
             sets = ["clock=simulated", f"sim_network={tmp_path / spec}"]
             run_config.resolve("allreduce", "digits", 1, 2, 0, tmp_path / "o", sets)
