@@ -38,6 +38,7 @@ WANDB_KEYS = {
     "val_metric": "val/metric",
     "lr": "train/lr",
     "wall_s": "time/wall_s",
+    "eval_s": "time/eval_s",
     "comm_s": "time/comm_s",
     "sent_mb": "comm/sent_mb",
     "samples": "train/samples",

@@ -44,7 +44,7 @@ def test_ddp_on_digits_writes_the_four_files(tmp_path, run_benchmark):
     assert env["wandb"] == importlib.metadata.version("wandb")
     assert env["torchvision"] == importlib.metadata.version("torchvision")
     rows = (out / "metrics.csv").read_text().splitlines()
-    assert rows[0].startswith("epoch,step,samples,wall_s,train_loss,val_loss,val_metric,lr,comm_s")
+    assert rows[0].startswith("epoch,step,samples,wall_s,eval_s,train_loss,val_loss,val_metric,lr,comm_s")
     assert len(rows) == 1 + json.loads((out / "config.json").read_text())["hparams"]["epochs"]
     # Bytes sent: rank 0's parameters broadcast to 3 ranks at the start (3/4 of them a rank), then DDP's
     # buckets all-reduced every step (2(p-1)/p = 3/2 of them a rank): per row, at its step count.

@@ -210,7 +210,7 @@ def test_a_throughput_ratio_and_a_published_speedup_keep_their_direction():
         _case("fast", "wagma", quantity="steps_per_s"),
         _case("slow", "sgp", quantity="steps_per_s"),
         {**_case("t2-b4", "daso", quantity="time", max_global_skips=4, batches_to_wait=1), "baseline": {}},
-        {**_case("fig", "wagma", quantity="speedup"), "baseline": {"algorithm": "local_sgd"}},
+        {**_case("fig", "wagma", quantity="speedup", role="fit"), "baseline": {"algorithm": "local_sgd"}},
     ]
     rows = {
         "fast": {"measured": 3.0, "predicted": 3.3, "role": "test"},
