@@ -247,18 +247,16 @@ class WAGMA(Algorithm):
             self.next_version = self._next_group_iteration(v + 1)
 
     def _listen(self) -> None:
-        """Receive activations from any rank (blocking) and queue them, until every rank has stopped."""
+        """Receive activations from any rank (blocking) and queue them, until the stop (``close``)."""
         try:
-            stops, others = 0, self.topology.world_size - 1
-            while stops < others:
+            while True:
                 message = torch.zeros(1, dtype=torch.float64)
                 dist.recv(message, group=self.act_group, tag=_ACT)  # from whichever rank comes first
                 version = message.item()
+                if version == _STOP:
+                    break
                 with self.cond:
-                    if version == _STOP:
-                        stops += 1
-                    else:
-                        self.requests.append(int(version))
+                    self.requests.append(int(version))
                     self.cond.notify_all()
         except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
             self._fail(error)
@@ -285,19 +283,26 @@ class WAGMA(Algorithm):
             self.cond.notify_all()
 
     def close(self) -> None:
-        """Tell every rank this one is done (after all its activations), then wait for the thread."""
-        if self.mode != "wait_avoiding" or self.topology.world_size == 1:
+        """Stop the listeners once no activation can come. Each rank waits for its own activations
+        to be delivered, all meet at a barrier, then each stops the next rank's listener: one stop a
+        rank. (A stop from every rank to every other is P^2 messages: a million at 1,024 ranks.)
+
+        A delivered activation is already in its listener's hands: gloo sends nothing before the
+        peer's receive is posted, and a listener posts one receive at a time; the virtual cluster's
+        receive takes messages in the order they arrived. So the stop, sent after the barrier, is
+        the last message each listener receives."""
+        if not self.threaded:
             return
-        stop = torch.tensor([_STOP], dtype=torch.float64)
-        self.sends += [
-            comm.isend(stop, dst=j, group=self.act_group, tag=_ACT)
-            for j in range(self.topology.world_size)
-            if j != self.topology.rank
-        ]
-        for thread in self.threads:
-            thread.join()
         for work in self.sends:
             work.wait()
+        dist.barrier()
+        rank, size = self.topology.rank, self.topology.world_size
+        stop = comm.isend(
+            torch.tensor([_STOP], dtype=torch.float64), dst=(rank + 1) % size, group=self.act_group, tag=_ACT
+        )
+        for thread in self.threads:
+            thread.join()
+        stop.wait()
         self.sends.clear()
 
     def eval_model(self) -> nn.Module:
