@@ -45,6 +45,7 @@ import pandas as pd
 
 from analysis import (
     aggregate,
+    artefacts,
     claims,
     cli,
     dana,
@@ -57,23 +58,14 @@ from analysis import (
     tables,
 )
 from analysis.aggregate import CONDITION, INCOMPLETE
-from benchmarks import naming, validation_cases
+from benchmarks import validation_cases
 
+# What the report reads: the registry's tables it shows, the papers' descriptions, the PNG figures, the
+# files the measuring commands and the workflow write (each shown where present); and what it writes.
 FILES = {
-    "runs": "tables/runs.csv",
-    "time_to_target": "tables/time_to_target.csv",
-    "scaling": "tables/scaling.csv",
-    "stragglers": "tables/stragglers.csv",
-    "performance_profile": "tables/performance_profile.csv",
-    "papers": "tables/papers.csv",
-    "claims": "tables/claims.csv",
-    "global_syncs": "tables/global_syncs.csv",
-    "dana": "tables/dana.csv",
-    "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
-    "figures": "figures/*.png",
-    "validation": "tables/validation.csv",  # python -m tools.validate's, shown where present
-    "calibration": "calibration/calibration.csv",  # python -m tools.calibrate's, shown where present
-    "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
+    **artefacts.files([*artefacts.report_reads(), "papers_yaml"]),
+    "figures": f"{artefacts.FIGURES_DIR}/*.png",
+    **artefacts.files(artefacts.EXTERNAL),
     "report": "report.html",
 }
 # the run metadata table: environment, then clock, and for simulated runs their time models with the batch time's source
@@ -277,7 +269,7 @@ class Figures:
 
     def get(self, caption: str, kind: str, *key: object) -> dict | None:
         """The figure of ``kind`` for ``key`` as a caption and base64 PNG, or None if it was not drawn."""
-        path = self.paths.get(f"{naming.figure_stem(kind, *key)}.png")
+        path = self.paths.get(f"{artefacts.figure_stem(kind, *key)}.png")
         if path is None or not path.is_file():
             return None
         return {"caption": caption, "data": base64.b64encode(path.read_bytes()).decode("ascii")}

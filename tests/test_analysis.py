@@ -25,6 +25,7 @@ import pytest
 
 from analysis import (
     aggregate,
+    artefacts,
     claims,
     dana,
     figures,
@@ -297,8 +298,8 @@ def test_no_scaling_figure_for_a_single_node_count(results: Path, tmp_path: Path
     assert scaling.plot_scaling(table[table["n"] > 0], tmp_path) == []
     assert not list(tmp_path.glob("*scaling*"))
     one, two = [("s", "digits", 1, 2)], [("s", "digits", 1, 2), ("s", "digits", 2, 2), ("o", "digits", 4, 2)]
-    assert naming.figure_files("scaling", one, "png") == []  # the Snakefile declares what is drawn
-    assert naming.figure_files("scaling", two, "svg") == ["s__digits__scaling.svg"]
+    assert artefacts.figure_files("scaling", one, "png") == []  # the Snakefile declares what is drawn
+    assert artefacts.figure_files("scaling", two, "svg") == ["s__digits__scaling.svg"]
 
 
 def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,12 +376,12 @@ def test_run_ids_and_figure_names() -> None:
         "seed": "10",
     }
     assert naming.parse_run_id("try1") is None  # a run started by hand into a directory of its own
-    assert naming.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
-    assert naming.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
+    assert artefacts.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
+    assert artefacts.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
     layouts = [("s", "digits", 1, 2), ("s", "digits", 2, 2)]
-    assert naming.figure_files("stragglers", layouts, "svg") == ["s__digits__stragglers.svg"]
-    assert naming.figure_files("performance_profile", layouts, "png") == ["performance_profile.png"]
-    assert len(naming.figure_files("metric_vs_time", layouts, "png")) == 2
+    assert artefacts.figure_files("stragglers", layouts, "svg") == ["s__digits__stragglers.svg"]
+    assert artefacts.figure_files("performance_profile", layouts, "png") == ["performance_profile.png"]
+    assert len(artefacts.figure_files("metric_vs_time", layouts, "png")) == 2
 
 
 def test_every_algorithm_has_a_colour_of_its_own_ddp_first() -> None:
