@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 import algorithms
-from benchmarks import config, netns, run
+from benchmarks import config, naming, netns, run
 from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, used here and by the tests
     CASES,
     EMULATED,
@@ -191,14 +191,14 @@ def simulate(spec: dict, work: Path, extra: dict | None = None) -> Path:
 
 
 def rows_of(rundir: Path) -> list[dict]:
-    with open(rundir / "metrics.csv", newline="") as f:
+    with open(rundir / naming.METRICS, newline="") as f:
         return list(csv.DictReader(f))
 
 
 def train_step_s(rundir: Path) -> float:
     """Seconds of simulated training a step (``summary.json``'s ``step_s``: the run's clock less its
     evaluations, over its steps). The papers' throughputs count training steps."""
-    return json.loads((rundir / "summary.json").read_text())["step_s"]
+    return json.loads((rundir / naming.SUMMARY).read_text())["step_s"]
 
 
 def steady_step_s(rundir: Path) -> float:
