@@ -51,7 +51,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
-from analysis.report import calibration_summary
+from analysis.overview import calibration_summary
 from benchmarks import config, naming, run, tasks
 from benchmarks.virtual import network
 
