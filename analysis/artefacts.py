@@ -148,6 +148,17 @@ EXTERNAL = {
 }
 
 
+def validation_ratios(validation: str | Path) -> Path:
+    """The validation's ratio table, beside its table of cases (``python -m tools.validate`` writes both)."""
+    validation = Path(validation)
+    return validation.with_name(f"{validation.stem}_ratios.csv")
+
+
+def calibration_figure(calibration: str | Path) -> Path:
+    """The calibration's figure, beside its table (``python -m tools.calibrate`` writes both)."""
+    return Path(calibration).with_suffix(".png")
+
+
 def load(reference: str) -> Callable:
     """The function ``"module:function"`` names."""
     module, _, name = reference.partition(":")

@@ -124,6 +124,39 @@ class Figures:
             return None
         return {"caption": caption, "data": base64.b64encode(path.read_bytes()).decode("ascii")}
 
+    def of_kind(self, caption: str, kind: str) -> list[dict]:
+        """Every figure of ``kind`` drawn, in the order of their names, each with ``caption``."""
+        names = sorted(n for n in self.paths if n == f"{kind}.png" or n.endswith(f"__{kind}.png"))
+        return [
+            {"caption": caption, "data": base64.b64encode(self.paths[n].read_bytes()).decode("ascii")} for n in names
+        ]
+
+
+def caption_text(entry: artefacts.Artefact) -> str:
+    """An artefact's caption file as one paragraph ("" where it has none)."""
+    path = Path(__file__).resolve().parent.parent / entry.caption_path() if entry.caption else None
+    return " ".join(path.read_text(encoding="utf-8").split()) if path and path.is_file() else ""
+
+
+def own_sections(files: dict, shown: Figures) -> list[dict]:
+    """The sections of the registry's tables that name one (``section``): the table as its file
+    holds it, its caption, and the figures that read it, each with its own caption."""
+    sections = []
+    for entry in artefacts.TABLES:
+        if not entry.section:
+            continue
+        frame = artefacts.load(entry.read)(files[entry.name])
+        drawn = [f for f in artefacts.FIGURES if entry.name in f.reads]
+        sections.append(
+            {
+                "title": entry.section,
+                "caption": caption_text(entry),
+                "table": cells(frame),
+                "figures": [picture for f in drawn for picture in shown.of_kind(caption_text(f), f.name)],
+            }
+        )
+    return sections
+
 
 def _syncs(syncs: pd.DataFrame) -> dict:
     """DASO's global synchronisations beside DDP's one per step, formatted."""
@@ -318,12 +351,6 @@ def dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def ratios_path(validation: Path | str) -> Path:
-    """The validation's ratio table, beside its table of cases (``tools.validate`` writes both)."""
-    validation = Path(validation)
-    return validation.with_name(f"{validation.stem}_ratios.csv")
-
-
 def model_error(
     network: str,
     errors: dict[str, tuple[float, int]],
@@ -437,8 +464,8 @@ def validation_section(path: Path) -> dict | None:
     if spoiled:  # scored and listed, but this machine spoils them: out of the summaries, with the reason
         summary += f"; {spoiled} rows the measuring machine spoils (role apparatus, the case file says how) left out"
     section = {"summary": summary or "no test rows", "table": cells(shown), "ratio_summary": None, "ratios": None}
-    if ratios_path(path).is_file():
-        ratios = pd.read_csv(ratios_path(path))
+    if artefacts.validation_ratios(path).is_file():
+        ratios = pd.read_csv(artefacts.validation_ratios(path))
         summary = validation_cases.ratio_summary(ratios.to_dict("records"))
         shown_summary = pd.DataFrame(
             summary, columns=["network", "family", "test_ratios", "geomean_abs_error", "largest_abs_error", "largest"]
@@ -467,7 +494,7 @@ def calibration_section(path: Path) -> dict | None:
         shown[column] = shown[column].map(lambda v: None if pd.isna(v) else f"{v:.2f}")
     shown["seeds"] = shown["seeds"].fillna(0).astype(int)
     shown.columns = ["algorithm", "measured (s, wall clock)", "predicted (s, simulated)", "error", "seeds"]
-    figure = path.with_name("calibration.png")
+    figure = artefacts.calibration_figure(path)
     data = base64.b64encode(figure.read_bytes()).decode("ascii") if figure.is_file() else None
     caption = "Predicted against measured time to target, one point per seed; the band is ±25 %"
     return {"table": cells(shown), "figure": {"caption": caption, "data": data} if data else None}
@@ -492,6 +519,8 @@ def render(files: dict) -> Path:
     problems = overview.problem_runs(runs, measures)
     summary = overview.summary_table(table, measures)
     validated = Path(files["validation"]).is_file()
+    sections = own_sections(files, shown)
+    own = [section["title"] for section in sections]
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -506,11 +535,14 @@ def render(files: dict) -> Path:
         finished=finished,
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
-        contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
+        contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], SECTIONS[2], *own, *SECTIONS[3:]],
+        own_sections=sections,
         claims=claim_lines(
             verdicts,
             overview.validation_errors(pd.read_csv(files["validation"])) if validated else {},
-            pd.read_csv(ratios_path(files["validation"])) if ratios_path(files["validation"]).is_file() else None,
+            pd.read_csv(artefacts.validation_ratios(files["validation"]))
+            if artefacts.validation_ratios(files["validation"]).is_file()
+            else None,
         ),
         first_figure=shown.get(first_caption(suites, measures), "first_to_target"),
         claim_counts=verdicts["verdict"].value_counts().to_dict(),

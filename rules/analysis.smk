@@ -94,8 +94,8 @@ rule report:
     input:
         **{name: table_path(name) for name in [*artefacts.report_reads(), "papers_yaml"]},
         figures=rules.figures.output.png,
-        calibration=present(CALIBRATION, CALIBRATION.replace(".csv", ".png")),
-        validation=present(VALIDATION, VALIDATION.replace(".csv", "_ratios.csv")),
+        calibration=present(CALIBRATION, str(artefacts.calibration_figure(CALIBRATION))),
+        validation=present(VALIDATION, str(artefacts.validation_ratios(VALIDATION))),
         started=present(STARTED),
     output:
         "results/report.html",

@@ -75,6 +75,10 @@ def test_analysis_rules_name_their_files_and_the_report_only_renders(tmp_path):
     )
     from analysis import artefacts
 
+    for entry in artefacts.TABLES:  # every table of the registry, made by the tables rule where the registry says
+        assert f"{artefacts.option(entry.name)} results/{entry.file}" in commands["tables"], entry.name
+    for name in artefacts.report_reads():
+        assert f"{artefacts.option(name)} results/{artefacts.BY_TABLE[name].file}" in commands["report"], name
     layouts = [("t", "digits", n, 2) for n in (1, 2)]
     expected = {
         f"results/figures/{name}"

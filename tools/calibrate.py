@@ -51,6 +51,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
+from analysis import artefacts
 from analysis.overview import calibration_summary
 from benchmarks import config, naming, run, tasks
 from benchmarks.virtual import network
@@ -287,11 +288,12 @@ def main(argv: list[str] | None = None) -> None:
                 {"algorithm": algorithm, "seed": seed, "measured_s": measured, "predicted_s": predicted, "role": role}
             )
             print(f"  {algorithm:<15} seed {seed}: measured {measured} s, predicted {predicted} s", flush=True)
-    with open(args.out / "calibration.csv", "w", newline="") as f:
+    table = args.out / Path(artefacts.EXTERNAL["calibration"]).name
+    with open(table, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["algorithm", "seed", "measured_s", "predicted_s", "role"])
         writer.writeheader()
         writer.writerows(rows)
-    figure(rows, args.out / "calibration.png")
+    figure(rows, artefacts.calibration_figure(table))
     summary = calibration_summary(pd.DataFrame(rows))
     print(f"{'algorithm':<15} {'measured':>9} {'predicted':>10} {'error':>7}")
     for r in summary.itertuples():
