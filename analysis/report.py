@@ -15,7 +15,9 @@ glance, then in detail:
    speed-up, final metric, throughput, communication share), scaling across node counts where the
    suite ran more than one, throughput with and without stragglers where it ran both, DASO's global
    synchronisations, and the figures, or a sentence where one would be empty by design.
-4. The performance profile over the workloads measured by their time to target (AlgoPerf-style).
+4. The performance profile over the workloads measured by their time to target (AlgoPerf-style);
+   then a section for each table of the registry that names one (:mod:`analysis.artefacts`), with
+   its caption and the figures that read it.
 5. Paper vs this suite, one folded subsection per paper; DANA's tables in the paper's units.
 6. The runs that did not converge, failed or are unfinished (the completed runs of a suite without
    a target are none of these); the run metadata.
@@ -31,6 +33,10 @@ shown and are never divided by wall-clock times.
 who calls it by hand: the earlier steps (aggregate, tables, figures) in the Snakefile's order, then
 the report; it prints the report's path. With ``--render-only`` it renders from the files named on
 its command line and nothing else, as the Snakefile's report rule does.
+
+About 600 lines, past the house's 500: one short function per section of the page, the page's
+order; what the sections state is calculated in :mod:`analysis.overview`, and splitting the
+rendering further would spread one page over several modules.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ def table_path(name):
     return str(Path(path).relative_to(workflow.basedir)) if Path(path).is_absolute() else f"results/{path}"
 
 
-
 rule aggregate:
     input:
         RUNS,
