@@ -10,8 +10,9 @@ resolved once here, so a bad name or --set key stops the workflow before any pro
 
 Each analysis step reads the files its rule declares as inputs and writes those it declares as
 outputs, each named on its command line: aggregate reads this workflow's runs, tables the aggregates,
-figures both, and the report renders the tables and figures, recomputing nothing. Run ids and figure
-names come from benchmarks/naming.py, as in the runner and the analysis.
+figures both, and the report renders the tables and figures, recomputing nothing. Run ids come from
+benchmarks/naming.py, as in the runner and the analysis; the tables and figures, their files and
+captions from the analysis's registry, analysis/artefacts.py.
 """
 
 

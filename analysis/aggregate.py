@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import cli
+from analysis import artefacts, cli
 from benchmarks import naming
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ _TEXT = [
     *ENV_FIELDS,
     "run_dir",
 ]
-FILES = {"summaries": "runs/*/*", "runs": "tables/runs.csv", "curves": "tables/curves.csv"}
+FILES = {"summaries": "runs/*/*", **artefacts.files(["runs", "curves"])}
 
 
 def run_dirs(results: Path) -> list[Path]:
@@ -170,10 +170,10 @@ def runs_table(dirs: Iterable[Path]) -> pd.DataFrame:
         absent numbers are NaN.
     """
     rows = []
-    dirs = {Path(p).parent if Path(p).name == "summary.json" else Path(p) for p in dirs}
+    dirs = {Path(p).parent if Path(p).name == naming.SUMMARY else Path(p) for p in dirs}
     for run_dir in sorted(d for d in dirs if d.is_dir()):
-        config = _read_json(run_dir / "config.json") or {}
-        summary = _read_json(run_dir / "summary.json")
+        config = _read_json(run_dir / naming.CONFIG) or {}
+        summary = _read_json(run_dir / naming.SUMMARY)
         env = _read_json(run_dir / "env.json") or {}
         row = _identity(run_dir, config, summary or {})
         settings = config.get("settings") or {}
@@ -218,7 +218,7 @@ def load_curves(results: Path | None, runs: pd.DataFrame | None = None) -> pd.Da
     runs = load_runs(results) if runs is None else runs
     frames = []
     for run in runs.itertuples(index=False):
-        path = Path(run.run_dir) / "metrics.csv"
+        path = Path(run.run_dir) / naming.METRICS
         if not path.is_file():
             continue
         try:

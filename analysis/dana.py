@@ -138,6 +138,12 @@ def cell_rows(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CELLS).astype({"workers": "Int64"})  # a table without rows has none
 
 
+def table(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """The registry's DANA table: :func:`comparison`'s tables as :func:`cell_rows` (no rows without
+    runs of the asynchronous family)."""
+    return cell_rows(comparison(runs, curves))
+
+
 def read(path: Path) -> list[tuple[str, pd.DataFrame]]:
     """Read back the tables that :func:`cell_rows` laid out, each with its columns in their order and
     its numbers as numbers (``ordering`` stays text)."""

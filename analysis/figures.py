@@ -9,9 +9,9 @@ runs are drawn like the others (never dropped); unfinished runs are left out, si
 would stop early and pull the median down. The target is a dashed horizontal line. Simulated times
 are labelled as such on the x axis.
 
-``python -m analysis.figures --results DIR`` draws every figure of the report from the tables in
-``DIR/tables/`` (runs, curves, time to target, performance ratios, stragglers; the Snakefile names
-each) into ``DIR/figures/`` as PNG and SVG, named by :func:`benchmarks.naming.figure_stem`:
+``python -m analysis.figures --results DIR`` draws every figure of :data:`analysis.artefacts.FIGURES`
+from the tables in ``DIR/tables/`` they read (the Snakefile names each) into ``DIR/figures/`` as PNG
+and SVG, named by :func:`analysis.artefacts.figure_stem`:
 ``first_to_target`` (:mod:`analysis.leaders`) over all workloads, ``metric_vs_time``,
 ``metric_vs_bytes`` and ``traces`` (:mod:`analysis.traces`) per group, ``scaling``
 (:mod:`analysis.scaling`) and ``stragglers`` (:mod:`analysis.stragglers`) per suite and task, and
@@ -29,21 +29,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import claims, cli, leaders, plotting, profile, scaling, stragglers, traces
-from analysis.aggregate import CONDITION, INCOMPLETE, read_curves, read_runs
+from analysis import artefacts, cli, plotting
+from analysis.aggregate import CONDITION, INCOMPLETE, read_runs
 from analysis.plotting import plt
-from analysis.tables import GROUP, converged, read_table
-from benchmarks import naming
+from analysis.tables import GROUP, converged
 
-FILES = {
-    "runs": "tables/runs.csv",
-    "curves": "tables/curves.csv",
-    "time_to_target": "tables/time_to_target.csv",
-    "performance_ratios": "tables/performance_ratios.csv",
-    "stragglers": "tables/stragglers.csv",
-    "claims": "tables/claims.csv",
-    "figures": "figures",
-}
+# What this step reads (every table a figure of the registry reads) and the folder it draws into
+FILES = {**artefacts.files(["runs", *artefacts.figure_reads()]), "figures": artefacts.FIGURES_DIR}
 
 
 def step_values(wall: np.ndarray, value: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -108,8 +100,13 @@ def plot_metric_vs_time(
     for key, group_runs in finished.groupby(GROUP, sort=True):
         group = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         fig = metric_figure(key, group_runs, group, colours, x)
-        paths += plotting.save(fig, out_dir, naming.figure_stem(kind, *key))
+        paths += plotting.save(fig, out_dir, artefacts.figure_stem(kind, *key))
     return paths
+
+
+def plot_metric_vs_bytes(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, colours: dict) -> list[Path]:
+    """:func:`plot_metric_vs_time` against the megabytes a rank sent."""
+    return plot_metric_vs_time(runs, curves, out_dir, colours, x="sent_mb")
 
 
 def ranking(runs: pd.DataFrame) -> list[str]:
@@ -189,20 +186,17 @@ def metric_figure(key: tuple, runs: pd.DataFrame, curves: pd.DataFrame, colours:
 
 
 def write(files: dict) -> list[Path]:
-    """Draw every figure of the report from the tables in ``files`` into ``files["figures"]``."""
-    runs, curves = read_runs(files["runs"]), read_curves(files["curves"])
-    table = read_table(files["time_to_target"])
-    out = Path(files["figures"])
+    """Draw every figure of :data:`analysis.artefacts.FIGURES`, in its order, from the tables in
+    ``files`` into ``files["figures"]``; each table is read once, by its entry's reader."""
+    runs = read_runs(files["runs"])
     colours = plotting.colours(runs["algorithm"].dropna())  # one colour per algorithm in every figure
-    groups = [tuple(k) for k in runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates().itertuples(index=False)]
-    measures = leaders.suite_measures(claims.read(files["claims"]))
-    paths = leaders.plot_first_to_target(table, out, measures)
-    paths += plot_metric_vs_time(runs, curves, out, colours)
-    paths += plot_metric_vs_time(runs, curves, out, colours, x="sent_mb")
-    paths += traces.plot_traces(curves[curves["status"] != INCOMPLETE], out, groups, colours)
-    paths += scaling.plot_scaling(table[table["n"] > 0], out, colours)
-    paths += stragglers.plot_stragglers(read_table(files["stragglers"]), out, list(colours))
-    paths += profile.plot_profile(read_table(files["performance_ratios"]), out, colours)
+    tables = {"runs": runs}
+    for name in artefacts.figure_reads():
+        if name not in tables:
+            tables[name] = artefacts.load(artefacts.BY_TABLE[name].read)(files[name])
+    out, paths = Path(files["figures"]), []
+    for entry in artefacts.FIGURES:
+        paths += artefacts.load(entry.make)(*(tables[name] for name in entry.reads), out, colours)
     return paths
 
 

@@ -30,10 +30,9 @@ import matplotlib.transforms
 import numpy as np
 import pandas as pd
 
-from analysis import intervals, plotting
+from analysis import artefacts, intervals, plotting
 from analysis.aggregate import CONDITION
 from analysis.plotting import plt
-from benchmarks import naming
 
 GROUP = ["suite", "task", "nodes", "procs_per_node"]  # a layout of a suite's task: one figure of curves
 WORKLOAD = [*GROUP, *CONDITION]
@@ -156,7 +155,7 @@ def plot_first_to_target(table: pd.DataFrame, out_dir: Path, measures: dict[str,
     in it each workload has a heading row across the figure's width, then a bar per leading
     algorithm, or a row that says why there is none.
     """
-    stem = naming.figure_stem("first_to_target")
+    stem = artefacts.figure_stem("first_to_target")
     shown = leaders(table, measures)
     title = "Who leads each workload, by what its suite measures"
     if shown.empty:
@@ -183,6 +182,12 @@ def plot_first_to_target(table: pd.DataFrame, out_dir: Path, measures: dict[str,
     for heading in headings:
         _fit(heading, fig)
     return plotting.save(fig, out_dir, stem)
+
+
+def plot(time_to_target: pd.DataFrame, claims: pd.DataFrame, out_dir: Path, colours: dict) -> list[Path]:
+    """The registry's figure: :func:`plot_first_to_target`, each suite by what the claims measure it by
+    (:func:`suite_measures`); bars are coloured by place, not by algorithm."""
+    return plot_first_to_target(time_to_target, out_dir, suite_measures(claims))
 
 
 def _panel(ax: plt.Axes, fig: plt.Figure, measure: Measure, rows: pd.DataFrame) -> list[matplotlib.text.Text]:

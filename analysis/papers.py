@@ -181,6 +181,15 @@ def compare(paper: Paper, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def table(papers_yaml: Path, time_to_target: pd.DataFrame) -> pd.DataFrame:
+    """The registry's papers table: every published number of the papers beside ``papers_yaml``
+    compared with the suite's (:func:`compare`), a ``paper`` column saying whose."""
+    compared = [
+        compare(paper, time_to_target).assign(paper=paper.key) for paper in load_papers(Path(papers_yaml).parent)
+    ]
+    return pd.concat(compared, ignore_index=True)
+
+
 def deviation(quantity: str, paper: float, suite: float) -> float:
     """How far the suite is from the paper: relative for ratios, in points for percentages.
 

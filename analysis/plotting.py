@@ -4,7 +4,7 @@ One colour per algorithm across all figures, so that a reader matches lines betw
 reading legends twice: the names come from the runs themselves (the analysis never imports the
 registry, which would import torch), DDP first since every speed-up is against it, then the others
 alphabetically. Every figure is saved as PNG (embedded in the HTML report) and SVG (for papers),
-named by :mod:`benchmarks.naming`, without a date in the metadata. The PNG is indexed colour: a
+named by :func:`analysis.artefacts.figure_stem`, without a date in the metadata. The PNG is indexed colour: a
 figure of flat colours and antialiased lines loses nothing visible in 256 colours, and the file is a
 third of matplotlib's RGBA one, which keeps the report light. Legends stand to the right of the
 axes, outside the data, however many algorithms there are. Where more than ``MANY`` lines share one
@@ -28,8 +28,8 @@ matplotlib.rcParams["svg.hashsalt"] = "dp-bench"  # SVG ids from a fixed salt, n
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import matplotlib.ticker  # noqa: E402
 
+from analysis import artefacts  # noqa: E402
 from analysis.aggregate import BASELINE  # noqa: E402
-from benchmarks import naming  # noqa: E402
 
 DPI = 110  # the PNG's: 7.5 inches is 825 pixels, the report's figure at its natural size
 MANY = 8  # lines one axes holds in colour and stays readable
@@ -69,7 +69,7 @@ def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext in naming.FIGURE_FORMATS:
+    for ext in artefacts.FIGURE_FORMATS:
         path = out_dir / f"{stem}.{ext}"
         if ext == "png":
             _save_png(fig, path)

@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plotting
+from analysis import artefacts, leaders, plotting
 from analysis.plotting import plt
-from benchmarks import naming
 
 WORKLOAD = ["suite", "task", "nodes", "procs_per_node", "straggler", "time_model"]
 TAUS = (1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
@@ -67,6 +66,14 @@ def ratios(table: pd.DataFrame) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows, columns=["clock", *WORKLOAD, "algorithm", "tta_median_s", "best_s", "ratio"])
+
+
+def ratios_table(time_to_target: pd.DataFrame, claims: pd.DataFrame) -> pd.DataFrame:
+    """The registry's performance ratios: :func:`ratios` over the finished rows of the suites measured
+    by their time to target. A suite the claims read for something else
+    (:func:`analysis.leaders.suite_measures`) has no time to target by design."""
+    finished = time_to_target[time_to_target["n"] > 0]
+    return ratios(finished[~finished["suite"].isin(list(leaders.suite_measures(claims)))])
 
 
 def rho(ratio: np.ndarray, tau: float) -> float:
@@ -141,7 +148,7 @@ def plot_profile(ratios_frame: pd.DataFrame, out_dir: Path, colours: dict | None
     ``colours``: one colour per algorithm (default: :func:`analysis.plotting.colours` of the ratios).
     """
     title = "Performance profile over workloads"
-    stem = naming.figure_stem("performance_profile")
+    stem = artefacts.figure_stem("performance_profile")
     counts = workloads(ratios_frame)
     clocks = sorted(clock for clock, n in counts.items() if n >= MIN_WORKLOADS)
     if not clocks:  # the file exists for the workflow; the report shows the sentence instead

@@ -15,14 +15,17 @@ glance, then in detail:
    speed-up, final metric, throughput, communication share), scaling across node counts where the
    suite ran more than one, throughput with and without stragglers where it ran both, DASO's global
    synchronisations, and the figures, or a sentence where one would be empty by design.
-4. The performance profile over the workloads measured by their time to target (AlgoPerf-style).
+4. The performance profile over the workloads measured by their time to target (AlgoPerf-style);
+   then a section for each table of the registry that names one (:mod:`analysis.artefacts`), with
+   its caption and the figures that read it.
 5. Paper vs this suite, one folded subsection per paper; DANA's tables in the paper's units.
 6. The runs that did not converge, failed or are unfinished (the completed runs of a suite without
    a target are none of these); the run metadata.
 
 The page is the Jinja2 template ``analysis/templates/report.html`` (autoescaped). This module only
-reads the earlier steps' files, by column name, and formats them for people: it recomputes none of
-them (DASO's global synchronisations and DANA's comparison included, which the tables step writes
+reads the earlier steps' files, by column name, and renders them for people; what the page states
+from them (the summary, a suite's table, the runs that failed, the metadata, the validation's errors,
+the workflow's minutes) :mod:`analysis.overview` calculates. Neither recomputes the tables (DASO's global synchronisations and DANA's comparison included, which the tables step writes
 as ``global_syncs.csv`` and ``dana.csv``). Simulated times carry "(simulated)" wherever they are
 shown and are never divided by wall-clock times.
 
@@ -30,54 +33,47 @@ shown and are never divided by wall-clock times.
 who calls it by hand: the earlier steps (aggregate, tables, figures) in the Snakefile's order, then
 the report; it prints the report's path. With ``--render-only`` it renders from the files named on
 its command line and nothing else, as the Snakefile's report rule does.
+
+About 600 lines, past the house's 500: one short function per section of the page, the page's
+order; what the sections state is calculated in :mod:`analysis.overview`, and splitting the
+rendering further would spread one page over several modules.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import time
 from pathlib import Path
 
 import jinja2
-import numpy as np
 import pandas as pd
 
 from analysis import (
     aggregate,
+    artefacts,
     claims,
     cli,
     dana,
     figures,
     leaders,
+    overview,
     papers,
     profile,
     scaling,
     stragglers,
     tables,
 )
-from analysis.aggregate import CONDITION, INCOMPLETE
-from benchmarks import naming, validation_cases
+from analysis.aggregate import INCOMPLETE
+from benchmarks import validation_cases
 
+# What the report reads: the registry's tables it shows, the papers' descriptions, the PNG figures, the
+# files the measuring commands and the workflow write (each shown where present); and what it writes.
 FILES = {
-    "runs": "tables/runs.csv",
-    "time_to_target": "tables/time_to_target.csv",
-    "scaling": "tables/scaling.csv",
-    "stragglers": "tables/stragglers.csv",
-    "performance_profile": "tables/performance_profile.csv",
-    "papers": "tables/papers.csv",
-    "claims": "tables/claims.csv",
-    "global_syncs": "tables/global_syncs.csv",
-    "dana": "tables/dana.csv",
-    "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
-    "figures": "figures/*.png",
-    "validation": "tables/validation.csv",  # python -m tools.validate's, shown where present
-    "calibration": "calibration/calibration.csv",  # python -m tools.calibrate's, shown where present
-    "started": "logs/started.txt",  # when the workflow's invocation began (the Snakefile's onstart)
+    **artefacts.files([*artefacts.report_reads(), "papers_yaml"]),
+    "figures": f"{artefacts.FIGURES_DIR}/*.png",
+    **artefacts.files(artefacts.EXTERNAL),
     "report": "report.html",
 }
-# the run metadata table: environment, then clock, and for simulated runs their time models with the batch time's source
-METADATA_FIELDS = [*aggregate.ENV_FIELDS, "clock", "time_model", "time_source"]
 SECTIONS = [
     "Claims",
     "Summary",
@@ -93,10 +89,6 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 def _anchor(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-
-
-def _layout(nodes: object, procs: object) -> str:
-    return f"{nodes}×{procs}"
 
 
 def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
@@ -115,82 +107,6 @@ def cells(frame: pd.DataFrame, classes: dict[str, str] | None = None) -> dict:
     }
 
 
-# Columns that describe the rows rather than measure them: where one value holds for every row of a
-# suite's table, it is said once above the table instead of repeated in a column.
-DESCRIPTIVE = ["task", "nodes×procs", "stragglers", "clock", "failed/diverged/timeout", "incomplete"]
-
-
-def narrowed(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """``frame`` less its descriptive columns with one value in every row and its columns empty in
-    every row (an em dash), and a line that says what they held: a suite's table fits a window."""
-    same = {c: frame[c].iloc[0] for c in DESCRIPTIVE if c in frame and len(frame) > 1 and frame[c].nunique() == 1}
-    empty = [c for c in frame.columns if c not in same and len(frame) > 0 and (frame[c] == "—").all()]
-    parts = [f"Every row: {', '.join(f'{c} {v}' for c, v in same.items())}."] if same else []
-    parts += [f"Nothing to show in any row: {', '.join(empty)}."] if empty else []
-    return frame.drop(columns=[*same, *empty]), " ".join(parts)
-
-
-# How the report states a measure's median: its format, its unit in the summary, its column in a suite's table
-SAID = {
-    leaders.TIME_TO_TARGET: (".1f", "s", "median time to target (s)"),
-    "seconds a step": (".3g", "s a step", "seconds a step"),
-    "total time": (".1f", "s in all", "total time (s)"),
-    "final metric": (".3f", "", "final metric"),
-}
-
-
-def summary_table(table: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per suite, task, node count and condition, by what the suite measures (``measures``,
-    :func:`analysis.leaders.suite_measures`: what the claims read of a suite without a target, else
-    the time to target): the leader, the algorithms tied with it (their 95 % intervals of the median
-    overlap its), its median with the interval, and for the time to target its k/n converged and its
-    speed-up over DDP."""
-    rows = []
-    keys = tables.GROUP + CONDITION
-    for values, group in table.groupby(keys, sort=True):
-        key = dict(zip(keys, values))
-        measure = (measures or {}).get(key["suite"], leaders.TIME_TO_TARGET)
-        ranked = leaders.leaders(group, measures, top=None)
-        simulated = f" (simulated: {key['time_model']})" if key["clock"] == "simulated" else ""
-        row = {
-            "suite": key["suite"],
-            "task": key["task"],
-            "nodes×procs": _layout(key["nodes"], key["procs_per_node"]),
-            "stragglers": key["straggler"],
-            "measure": measure,
-            "leader": "",
-            "tied with it": "",
-            "median": "—",
-            "converged (k/n)": "—",
-            "speed-up vs DDP": "—",
-        }
-        if ranked.empty or ranked["algorithm"].isna().all():
-            row["median"] = "none reached the target" if measure == leaders.TIME_TO_TARGET else f"no {measure} yet"
-            rows.append(row)
-            continue
-        best = group.set_index("algorithm").loc[ranked["algorithm"].iloc[0]]
-        m = leaders.MEASURES[measure]
-        spec, unit, _ = SAID[measure]
-        seeds = best["k"] if measure == leaders.TIME_TO_TARGET else best["n"]
-        row.update(
-            {
-                "leader": ranked["algorithm"].iloc[0],
-                "tied with it": ", ".join(ranked.loc[ranked["place"] == "tied", "algorithm"]),
-                "median": tables.median_text(best[m.median], best[m.low], best[m.high], seeds, spec, unit) + simulated,
-            }
-        )
-        if measure == leaders.TIME_TO_TARGET:
-            speedup, low, high = best["speedup_vs_ddp"], best["speedup_low"], best["speedup_high"]
-            row["converged (k/n)"] = best["k/n"]
-            row["speed-up vs DDP"] = (
-                "— (no DDP time)"
-                if pd.isna(speedup)
-                else f"{speedup:.2f}×" + (f" [{low:.2f}, {high:.2f}]" if low < high else "") + simulated
-            )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def first_caption(suites: list[str], measures: dict[str, str]) -> str:
     """The opening figure's caption: what each suite is measured by, then how to read the bars."""
     said = "; ".join(f"{suite}: {measures.get(suite, leaders.TIME_TO_TARGET)}" for suite in suites)
@@ -198,74 +114,6 @@ def first_caption(suites: list[str], measures: dict[str, str]) -> str:
         f"Each suite by what it measures ({said}). A time is drawn over the workload's fastest, so a "
         "bar's number is the leader's speed-up over it; a metric as it is. Line: the 95 % interval of "
         "the median; colour: the bar's place (legend)."
-    )
-
-
-def problem_runs(runs: pd.DataFrame, measures: dict[str, str] | None = None) -> pd.DataFrame:
-    """Runs that failed, are unfinished, or completed without reaching the target in a suite measured
-    by its time to target: run_id, status, error. A suite measured otherwise (``measures``,
-    :func:`analysis.leaders.suite_measures`) is not meant to reach the target: its completed runs
-    did what it asks and are not listed."""
-    designed = runs["suite"].isin(list(measures or {})) & (runs["status"] == "completed")
-    bad = runs[~tables.converged(runs) & ~designed].sort_values(["suite", "run_id"])
-    status = ["completed (target not reached)" if s == "completed" else str(s) for s in bad["status"]]
-    return pd.DataFrame(
-        {
-            "suite": bad["suite"].astype(str),
-            "run_id": bad["run_id"].astype(str),
-            "status": status,
-            "error": bad["error"].fillna("").astype(str),
-        }
-    )
-
-
-def by_design(runs: pd.DataFrame, measures: dict[str, str]) -> str:
-    """A line on the completed runs :func:`problem_runs` leaves out, per suite with what it measures;
-    "" where there are none."""
-    designed = runs[runs["suite"].isin(list(measures)) & (runs["status"] == "completed") & ~tables.converged(runs)]
-    if designed.empty:
-        return ""
-    counts = designed.groupby("suite").size()
-    each = "; ".join(f"{suite}: {n}, measured by its {measures[suite]}" for suite, n in counts.items())
-    return (
-        f"Not listed: {len(designed)} completed run{'s' * (len(designed) != 1)} of suites without a target, "
-        f"which their claims read for something else ({each})."
-    )
-
-
-def problem_counts(problems: pd.DataFrame) -> str:
-    """The runs of :func:`problem_runs` in a line, by status, most first: the fold's label, so that a
-    long list is read at a glance and opened only to find one run."""
-    counts = problems["status"].value_counts()
-    by_status = ", ".join(f"{count} {status}" for status, count in counts.items())
-    return f"{len(problems)} run{'s' if len(problems) != 1 else ''}: {by_status}"
-
-
-def metadata_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each environment field with its distinct values over all runs (fields no run has are left out)."""
-    rows = []
-    for field in METADATA_FIELDS:
-        values = runs[field].dropna().astype(str)
-        if field == "hosts":  # union of the hosts, not of the host lists
-            values = pd.Series([h for v in values for h in v.split(",") if h])
-        distinct = sorted(set(values))
-        if distinct:
-            rows.append({"field": field, "values": ", ".join(distinct)})
-    return pd.DataFrame(rows, columns=["field", "values"])
-
-
-def hardware_here(runs: pd.DataFrame) -> str:
-    """The suite's hardware in one line: devices, host count and backends over the runs."""
-
-    def distinct(column: str) -> str:
-        return "/".join(sorted(set(runs[column].dropna().astype(str)))) or "unknown"
-
-    hosts = {h for v in runs["hosts"].dropna().astype(str) for h in v.split(",") if h}
-    if runs["world_size"].dropna().empty:
-        return "no runs yet"
-    return (
-        f"{distinct('device')} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}, "
-        f"{distinct('backend')} backend, largest job {int(runs['world_size'].max())} processes"
     )
 
 
@@ -277,10 +125,43 @@ class Figures:
 
     def get(self, caption: str, kind: str, *key: object) -> dict | None:
         """The figure of ``kind`` for ``key`` as a caption and base64 PNG, or None if it was not drawn."""
-        path = self.paths.get(f"{naming.figure_stem(kind, *key)}.png")
+        path = self.paths.get(f"{artefacts.figure_stem(kind, *key)}.png")
         if path is None or not path.is_file():
             return None
         return {"caption": caption, "data": base64.b64encode(path.read_bytes()).decode("ascii")}
+
+    def of_kind(self, caption: str, kind: str) -> list[dict]:
+        """Every figure of ``kind`` drawn, in the order of their names, each with ``caption``."""
+        names = sorted(n for n in self.paths if n == f"{kind}.png" or n.endswith(f"__{kind}.png"))
+        return [
+            {"caption": caption, "data": base64.b64encode(self.paths[n].read_bytes()).decode("ascii")} for n in names
+        ]
+
+
+def caption_text(entry: artefacts.Artefact) -> str:
+    """An artefact's caption file as one paragraph ("" where it has none)."""
+    path = Path(__file__).resolve().parent.parent / entry.caption_path() if entry.caption else None
+    return " ".join(path.read_text(encoding="utf-8").split()) if path and path.is_file() else ""
+
+
+def own_sections(files: dict, shown: Figures) -> list[dict]:
+    """The sections of the registry's tables that name one (``section``): the table as its file
+    holds it, its caption, and the figures that read it, each with its own caption."""
+    sections = []
+    for entry in artefacts.TABLES:
+        if not entry.section:
+            continue
+        frame = artefacts.load(entry.read)(files[entry.name])
+        drawn = [f for f in artefacts.FIGURES if entry.name in f.reads]
+        sections.append(
+            {
+                "title": entry.section,
+                "caption": caption_text(entry),
+                "table": cells(frame),
+                "figures": [picture for f in drawn for picture in shown.of_kind(caption_text(f), f.name)],
+            }
+        )
+    return sections
 
 
 def _syncs(syncs: pd.DataFrame) -> dict:
@@ -300,46 +181,6 @@ def _syncs(syncs: pd.DataFrame) -> dict:
     return cells(shown)
 
 
-# The time-to-target table's columns that say nothing of a suite without a target where no run reached it
-TARGET_COLUMNS = [
-    "converged (k/n)",
-    "median time to target (s)",
-    "min–max (s)",
-    tables.STEP_AT_TARGET,
-    "MB sent a rank to target",
-    "speed-up vs DDP",
-]
-
-
-def suite_table(table: pd.DataFrame, measure: str) -> tuple[pd.DataFrame, str]:
-    """A suite's rows of the time-to-target table for people, best first by the suite's measure within
-    each task, layout and condition, and a line on what was left out. A suite measured otherwise
-    (:func:`analysis.leaders.suite_measures`) gets its measure's median and interval beside the
-    algorithm, and loses the time-to-target columns where no run reached the target; the best metric
-    goes where it equals the final one in every row (a metric that only rises)."""
-    m = leaders.MEASURES[measure]
-    keys = ["task", "nodes", "procs_per_node", *CONDITION]
-    ordered = table.sort_values(
-        [*keys, m.median, "algorithm"], ascending=[True] * len(keys) + [not m.higher, True], na_position="last"
-    )
-    shown = tables.display_table(ordered).drop(columns=["suite"])
-    notes = []
-    if len(shown) and (shown["best metric"] == shown["final metric"]).all():
-        shown = shown.drop(columns=["best metric"])
-        notes.append("The best metric equals the final one in every row.")
-    if measure != leaders.TIME_TO_TARGET:
-        spec, _, column = SAID[measure]
-        values = [
-            tables.median_text(*v, spec) for v in zip(ordered[m.median], ordered[m.low], ordered[m.high], ordered["n"])
-        ]
-        shown = shown.drop(columns=[column], errors="ignore")  # the final metric, now with its interval
-        shown.insert(shown.columns.get_loc("algorithm") + 1, column, values)
-        if not (table["k"] > 0).any():
-            shown = shown.drop(columns=TARGET_COLUMNS)
-            notes.append("No run reached a target: the time-to-target columns are left out.")
-    return shown, " ".join(notes)
-
-
 def _figure_or_why(shown: Figures, caption: str, kind: str, key: tuple, why: str) -> dict | None:
     """The figure of ``kind`` for ``key``, or where ``why`` says it would be empty by design, that
     sentence in its place (the figure file exists for the workflow, and is not shown)."""
@@ -357,7 +198,7 @@ def _suite(
     measure: str = leaders.TIME_TO_TARGET,
 ) -> dict:
     """One suite's section from its own rows only: ``table`` of the time-to-target table, ``scale`` of
-    the scaling table, ``straggling`` of the straggler table, ``summary`` of :func:`summary_table`,
+    the scaling table, ``straggling`` of the straggler table, ``summary`` of :func:`analysis.overview.summary_table`,
     ``measure`` what the suite is measured by (:func:`analysis.leaders.suite_measures`). A figure
     that would be empty by design (one evaluation a run: points, no curve; no column of an
     algorithm's own: no trace) is a sentence instead."""
@@ -367,8 +208,8 @@ def _suite(
     several_nodes = finished["nodes"].nunique() > 1  # one node count scales nothing: a sentence instead
     compared = stragglers.display(straggling)
     own_syncs = syncs[syncs["suite"] == suite]
-    by_measure, left_out = suite_table(table, measure)
-    narrow, same = narrowed(by_measure)
+    by_measure, left_out = overview.suite_table(table, measure)
+    narrow, same = overview.narrowed(by_measure)
 
     def rows(t: str, n: int, g: int) -> pd.DataFrame:
         return finished[(finished["task"] == t) & (finished["nodes"] == n) & (finished["procs_per_node"] == g)]
@@ -516,12 +357,6 @@ def dana_section(dana_tables: list[tuple[str, pd.DataFrame]]) -> dict | None:
     return {"verdict": dana.verdict(dana_tables), "tables": formatted}
 
 
-def ratios_path(validation: Path | str) -> Path:
-    """The validation's ratio table, beside its table of cases (``tools.validate`` writes both)."""
-    validation = Path(validation)
-    return validation.with_name(f"{validation.stem}_ratios.csv")
-
-
 def model_error(
     network: str,
     errors: dict[str, tuple[float, int]],
@@ -614,15 +449,6 @@ def claim_lines(
     return lines
 
 
-def validation_errors(rows: pd.DataFrame) -> dict[str, tuple[float, int]]:
-    """{network: (geomean |relative error| of its test rows, their count)}; fit rows are never scored."""
-    tested = rows[rows["role"] == "test"].dropna(subset=["relative_error"])
-    return {
-        str(net): (float(np.exp(np.log(np.maximum(g["relative_error"].abs(), 1e-12)).mean())), len(g))
-        for net, g in tested.groupby("network")
-    }
-
-
 def validation_section(path: Path) -> dict | None:
     """The virtual cluster against measurements it was not fitted to (``tools/validate.py``'s
     tables): the speed-ups' errors per network and family first (what a verdict reads), then per
@@ -632,7 +458,7 @@ def validation_section(path: Path) -> dict | None:
     if not path.is_file():
         return None
     rows = pd.read_csv(path)
-    errors = validation_errors(rows)
+    errors = overview.validation_errors(rows)
     shown = rows[["case", "source", "network", "role", "measured", "predicted", "relative_error"]].copy()
     shown["relative_error"] = shown["relative_error"].map(lambda e: None if pd.isna(e) else f"{e:+.1%}")
     for column in ("measured", "predicted"):
@@ -644,8 +470,8 @@ def validation_section(path: Path) -> dict | None:
     if spoiled:  # scored and listed, but this machine spoils them: out of the summaries, with the reason
         summary += f"; {spoiled} rows the measuring machine spoils (role apparatus, the case file says how) left out"
     section = {"summary": summary or "no test rows", "table": cells(shown), "ratio_summary": None, "ratios": None}
-    if ratios_path(path).is_file():
-        ratios = pd.read_csv(ratios_path(path))
+    if artefacts.validation_ratios(path).is_file():
+        ratios = pd.read_csv(artefacts.validation_ratios(path))
         summary = validation_cases.ratio_summary(ratios.to_dict("records"))
         shown_summary = pd.DataFrame(
             summary, columns=["network", "family", "test_ratios", "geomean_abs_error", "largest_abs_error", "largest"]
@@ -661,17 +487,6 @@ def validation_section(path: Path) -> dict | None:
     return section
 
 
-def calibration_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per algorithm, from ``tools/calibrate.py``'s rows (one per seed): the median measured and
-    predicted times to target over the seeds where both reached it, and the prediction's error
-    (predicted / measured - 1)."""
-    both = rows.dropna(subset=["measured_s", "predicted_s"])
-    out = both.groupby("algorithm", sort=False)[["measured_s", "predicted_s"]].median()
-    out["error"] = out["predicted_s"] / out["measured_s"] - 1.0
-    out["seeds"] = both.groupby("algorithm", sort=False).size()
-    return out.reindex(rows["algorithm"].unique()).reset_index()
-
-
 def calibration_section(path: Path) -> dict | None:
     """The report's calibration section: the virtual cluster's predictions beside the measured times
     (``tools/calibrate.py``'s files) as a table and its figure, or None where the calibration
@@ -679,36 +494,16 @@ def calibration_section(path: Path) -> dict | None:
     path = Path(path)
     if not path.is_file():
         return None
-    shown = calibration_summary(pd.read_csv(path))
+    shown = overview.calibration_summary(pd.read_csv(path))
     shown["error"] = shown["error"].map(lambda e: None if pd.isna(e) else f"{e:+.0%}")
     for column in ("measured_s", "predicted_s"):
         shown[column] = shown[column].map(lambda v: None if pd.isna(v) else f"{v:.2f}")
     shown["seeds"] = shown["seeds"].fillna(0).astype(int)
     shown.columns = ["algorithm", "measured (s, wall clock)", "predicted (s, simulated)", "error", "seeds"]
-    figure = path.with_name("calibration.png")
+    figure = artefacts.calibration_figure(path)
     data = base64.b64encode(figure.read_bytes()).decode("ascii") if figure.is_file() else None
     caption = "Predicted against measured time to target, one point per seed; the band is ±25 %"
     return {"table": cells(shown), "figure": {"caption": caption, "data": data} if data else None}
-
-
-def workflow_minutes(path: Path, now: float | None = None) -> float | None:
-    """Minutes the workflow's last invocation took: from its start (``started.txt``, seconds since the
-    epoch) to its end (``finished.txt`` beside it, written when it ended), or to ``now`` while it
-    runs (the workflow renders the report before it ends); None where no workflow wrote the file."""
-
-    def seconds(file: Path) -> float | None:
-        try:
-            return float(file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    path = Path(path)
-    started, finished = seconds(path), seconds(path.with_name("finished.txt"))
-    if started is None:
-        return None
-    if finished is not None and finished >= started:  # the invocation has ended: a rebuild by hand
-        return (finished - started) / 60.0
-    return ((time.time() if now is None else now) - started) / 60.0
 
 
 def render(files: dict) -> Path:
@@ -725,11 +520,13 @@ def render(files: dict) -> Path:
     straggling = tables.read_table(files["stragglers"])
     suites = sorted(table["suite"].unique())
     syncs = tables.read_table(files["global_syncs"])
-    hardware = hardware_here(runs)
+    hardware = overview.hardware_here(runs)
     measures = leaders.suite_measures(verdicts)
-    problems = problem_runs(runs, measures)
-    summary = summary_table(table, measures)
+    problems = overview.problem_runs(runs, measures)
+    summary = overview.summary_table(table, measures)
     validated = Path(files["validation"]).is_file()
+    sections = own_sections(files, shown)
+    own = [section["title"] for section in sections]
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -744,11 +541,14 @@ def render(files: dict) -> Path:
         finished=finished,
         suite_count=len(suites),
         simulated=bool((runs["clock"] == "simulated").any()),
-        contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], *SECTIONS[2:]],
+        contents=[*SECTIONS[:2], *[f"Suite: {s}" for s in suites], SECTIONS[2], *own, *SECTIONS[3:]],
+        own_sections=sections,
         claims=claim_lines(
             verdicts,
-            validation_errors(pd.read_csv(files["validation"])) if validated else {},
-            pd.read_csv(ratios_path(files["validation"])) if ratios_path(files["validation"]).is_file() else None,
+            overview.validation_errors(pd.read_csv(files["validation"])) if validated else {},
+            pd.read_csv(artefacts.validation_ratios(files["validation"]))
+            if artefacts.validation_ratios(files["validation"]).is_file()
+            else None,
         ),
         first_figure=shown.get(first_caption(suites, measures), "first_to_target"),
         claim_counts=verdicts["verdict"].value_counts().to_dict(),
@@ -780,11 +580,11 @@ def render(files: dict) -> Path:
         dana=dana_section(dana.read(files["dana"])),
         validation=validation_section(files["validation"]),
         calibration=calibration_section(files["calibration"]),
-        minutes=workflow_minutes(files["started"]),
+        minutes=overview.workflow_minutes(files["started"]),
         problems=cells(problems, {"error": "error"}) if not problems.empty else None,
-        problem_counts=problem_counts(problems),
-        by_design=by_design(runs, measures),
-        metadata=cells(metadata_table(runs)),
+        problem_counts=overview.problem_counts(problems),
+        by_design=overview.by_design(runs, measures),
+        metadata=cells(overview.metadata_table(runs)),
     )
     path = Path(files["report"])
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ reached the target. Times on the simulated clock are scaled only against simulat
 The figure draws the median time to target against the node count on log–log axes, min–max over
 seeds as error bars, and each algorithm's ideal line ``T(n0) · W0 / W`` dotted in its colour. A suite
 and task run at one node count has no such figure (a single point scales nothing): the report says
-so in a sentence, and :func:`benchmarks.naming.figure_files` declares none.
+so in a sentence, and :func:`analysis.artefacts.figure_files` declares none.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plotting
+from analysis import artefacts, plotting
 from analysis.aggregate import CONDITION
 from analysis.plotting import plt
-from benchmarks import naming
 
 LINE = ["suite", "task", "procs_per_node", *CONDITION, "algorithm"]
 
@@ -81,6 +80,11 @@ def scaling(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def table(time_to_target: pd.DataFrame) -> pd.DataFrame:
+    """The registry's scaling table: :func:`scaling` over the time-to-target table's finished rows."""
+    return scaling(time_to_target[time_to_target["n"] > 0])
+
+
 def display(frame: pd.DataFrame) -> pd.DataFrame:
     """The scaling table for people: one row per algorithm and node count, formatted."""
 
@@ -124,7 +128,7 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
         title = f"{suite}: {task}"
         if timed.empty:
             fig = plotting.empty_figure("No run reached the target: nothing to scale.", title)
-            paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
+            paths += plotting.save(fig, out_dir, artefacts.figure_stem("scaling", suite, task))
             continue
         fig, ax = plt.subplots(figsize=(9.5, 4.5))
         nodes_seen = sorted(group["nodes"].unique())
@@ -155,5 +159,10 @@ def plot_scaling(table: pd.DataFrame, out_dir: Path, colours: dict | None = None
         ax.grid(alpha=0.3, which="both")
         plotting.legend_outside(ax)
         fig.tight_layout()
-        paths += plotting.save(fig, out_dir, naming.figure_stem("scaling", suite, task))
+        paths += plotting.save(fig, out_dir, artefacts.figure_stem("scaling", suite, task))
     return paths
+
+
+def plot(time_to_target: pd.DataFrame, out_dir: Path, colours: dict) -> list[Path]:
+    """The registry's figure: :func:`plot_scaling` over the time-to-target table's finished rows."""
+    return plot_scaling(time_to_target[time_to_target["n"] > 0], out_dir, colours)

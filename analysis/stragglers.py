@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plotting
+from analysis import artefacts, plotting
 from analysis.plotting import plt
-from benchmarks import naming
 
 MATCH = ["suite", "task", "nodes", "procs_per_node", "clock", "time_model", "algorithm"]
 
@@ -91,7 +90,7 @@ def plot_stragglers(pooled: pd.DataFrame, out_dir: Path, order: list[str] | None
     """
     paths = []
     for (suite, task), own in pooled.groupby(["suite", "task"], sort=True):
-        stem = naming.figure_stem("stragglers", suite, task)
+        stem = artefacts.figure_stem("stragglers", suite, task)
         both = compared(own)
         layouts = sorted({(int(n), int(g)) for n, g in zip(both["nodes"], both["procs_per_node"])})
         if not layouts:
@@ -110,6 +109,12 @@ def plot_stragglers(pooled: pd.DataFrame, out_dir: Path, order: list[str] | None
         fig.tight_layout()
         paths += plotting.save(fig, out_dir, stem)
     return paths
+
+
+def plot(pooled: pd.DataFrame, out_dir: Path, colours: dict) -> list[Path]:
+    """The registry's figure: :func:`plot_stragglers` of the straggler table, the algorithms in the
+    order of ``colours``."""
+    return plot_stragglers(pooled, out_dir, list(colours))
 
 
 def _bars(ax: plt.Axes, rows: pd.DataFrame, algorithms: list[str]) -> None:

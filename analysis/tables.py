@@ -24,28 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import claims, cli, dana, intervals, leaders, papers, profile, scaling, stragglers, traces
+from analysis import artefacts, claims, cli, intervals, traces
 from analysis.aggregate import BASELINE, CONDITION, INCOMPLETE, read_curves, read_runs
 from analysis.leaders import GROUP
 
 KEYS = GROUP + CONDITION + ["algorithm"]
 FAILURES = ["failed", "diverged", "timeout"]
-FILES = {
-    "runs": "tables/runs.csv",
-    "curves": "tables/curves.csv",
-    "papers_yaml": papers.PAPERS_DIR / "papers.yaml",
-    "time_to_target": "tables/time_to_target.csv",
-    "time_to_target_md": "tables/time_to_target.md",
-    "scaling": "tables/scaling.csv",
-    "performance_ratios": "tables/performance_ratios.csv",
-    "performance_profile": "tables/performance_profile.csv",
-    "stragglers": "tables/stragglers.csv",
-    "papers": "tables/papers.csv",
-    "claims_yaml": claims.CLAIMS,
-    "claims": "tables/claims.csv",
-    "dana": "tables/dana.csv",
-    "global_syncs": "tables/global_syncs.csv",
-}
+# What this step reads (the aggregates and the papers' files) and writes (every table of the registry)
+FILES = artefacts.files(["runs", "curves", *artefacts.SOURCES, *(t.name for t in artefacts.TABLES)])
 # The largest time between the evaluation that reached the target and the one before, over the time
 # to target: how finely the evaluations resolve it (a share, not seconds)
 STEP_AT_TARGET = "evaluation step at target (% of time to target)"
@@ -311,43 +297,43 @@ def read_table(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype=dtype, keep_default_na=False, na_values=[""])
 
 
-def write(files: dict) -> pd.DataFrame:
-    """Write the report's tables as CSV (raw numbers) and return the time-to-target table.
-
-    ``time_to_target`` (CSV) and ``time_to_target_md`` (formatted), ``scaling``,
-    ``performance_profile`` with ``performance_ratios`` (the ratios it comes from), ``stragglers``,
-    ``papers`` (every published number of ``papers_yaml`` beside the suite's), ``claims`` (each claim
-    of ``claims_yaml`` with its verdict, :mod:`analysis.claims`), ``dana`` (DANA's comparison,
-    :func:`analysis.dana.comparison`, a row per cell; no rows without runs of the asynchronous
-    family) and ``global_syncs`` (:func:`global_syncs`; no rows without DASO's runs): every table
-    the report shows, so that it renders them and computes none.
-    """
-    runs, curves = read_runs(files["runs"]), read_curves(files["curves"])
+def time_to_target_table(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """The time-to-target table as the later steps read it: :func:`time_to_target` with what the
+    figures can draw of each row (:func:`drawn`; 0 where nothing)."""
     table = time_to_target(runs).merge(drawn(curves), on=KEYS, how="left")
     table[["evaluations", "traced"]] = table[["evaluations", "traced"]].fillna(0).astype(int)
-    for name in FILES:
-        if name not in ("runs", "curves", "papers_yaml", "claims_yaml"):
-            Path(files[name]).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(files["time_to_target"], index=False)
-    markdown = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
-    Path(files["time_to_target_md"]).write_text(markdown + to_markdown(display_table(table)), encoding="utf-8")
-    finished = table[table["n"] > 0]
-    scaling.scaling(finished).to_csv(files["scaling"], index=False)
-    verdicts = claims.table(runs, claims.load(files["claims_yaml"]))
-    verdicts.to_csv(files["claims"], index=False)
-    # the profile ranks times to target: a suite the claims read for something else has none by design
-    ratios = profile.ratios(finished[~finished["suite"].isin(list(leaders.suite_measures(verdicts)))])
-    ratios.to_csv(files["performance_ratios"], index=False)
-    profile.profile(ratios).to_csv(files["performance_profile"], index=False)
-    stragglers.straggler_throughput(table).to_csv(files["stragglers"], index=False)
-    compared = [
-        papers.compare(paper, table).assign(paper=paper.key)
-        for paper in papers.load_papers(Path(files["papers_yaml"]).parent)
-    ]
-    pd.concat(compared, ignore_index=True).to_csv(files["papers"], index=False)
-    dana.cell_rows(dana.comparison(runs, curves)).to_csv(files["dana"], index=False)
-    global_syncs(curves).to_csv(files["global_syncs"], index=False)
     return table
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The time-to-target table for people, as a markdown page."""
+    heading = "# Time to target\n\nMedian over converged seeds; speed-up against DDP.\n\n"
+    return heading + to_markdown(display_table(table))
+
+
+def claims_table(runs: pd.DataFrame, claims_yaml: Path) -> pd.DataFrame:
+    """Each claim of ``claims_yaml`` with its verdict over ``runs`` (:mod:`analysis.claims`)."""
+    return claims.table(runs, claims.load(claims_yaml))
+
+
+def write(files: dict) -> pd.DataFrame:
+    """Make every table of :data:`analysis.artefacts.TABLES`, in its order, into its file of ``files``
+    (CSV of raw numbers; the ``.md`` one formatted), and return the time-to-target table.
+
+    Each table's function is called with the tables it reads as made here, in memory, so that
+    every table the report shows is computed once, here, and the report computes none.
+    """
+    made: dict[str, object] = {"runs": read_runs(files["runs"]), "curves": read_curves(files["curves"])}
+    made |= {name: Path(files[name]) for name in artefacts.SOURCES}
+    for entry in artefacts.TABLES:
+        made[entry.name] = artefacts.load(entry.make)(*(made[name] for name in entry.reads))
+        path = Path(files[entry.name])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".md":
+            path.write_text(made[entry.name], encoding="utf-8")
+        else:
+            made[entry.name].to_csv(path, index=False)
+    return made["time_to_target"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plotting
-from analysis.aggregate import CONDITION, IDENTITY, METRIC_COLUMNS
+from analysis import artefacts, plotting
+from analysis.aggregate import CONDITION, IDENTITY, INCOMPLETE, METRIC_COLUMNS
 from analysis.leaders import GROUP
 from analysis.plotting import plt
-from benchmarks import naming
 
 COMMON = set(IDENTITY + CONDITION + ["status"] + METRIC_COLUMNS)
 SIMULATOR = "sim_"  # the prefix of the virtual clock's counters in a simulated run's metrics.csv
@@ -41,6 +40,14 @@ def trace_columns(curves: pd.DataFrame) -> list[tuple[str, str]]:
             if rows.loc[values.notna(), "epoch"].nunique() > 1:
                 pairs.append((algorithm, column))
     return pairs
+
+
+def plot(runs: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, colours: dict) -> list[Path]:
+    """The registry's figure: :func:`plot_traces` of the finished runs' curves, one per layout with
+    finished runs."""
+    finished = runs.loc[runs["status"] != INCOMPLETE, GROUP].drop_duplicates()
+    groups = [tuple(key) for key in finished.itertuples(index=False)]
+    return plot_traces(curves[curves["status"] != INCOMPLETE], out_dir, groups, colours)
 
 
 def epoch_band(rows: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -74,7 +81,7 @@ def plot_traces(
         rows = curves[(curves[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         pairs = trace_columns(rows) if not rows.empty else []
         title = f"{suite}: {task}, {nodes}×{ppn} — the algorithms' own metrics"
-        stem = naming.figure_stem("traces", suite, task, nodes, ppn)
+        stem = artefacts.figure_stem("traces", suite, task, nodes, ppn)
         if not pairs:
             fig = plotting.empty_figure(
                 "No algorithm here logs a column of its own in metrics.csv over two epochs or more.", title

@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from benchmarks import naming
+
 LOCK = "controller.lock"
 
 
@@ -91,7 +93,7 @@ def take_over(root: Path, argv: list[str], runs_under: str = "results/runs") -> 
     for mark, output in _incomplete_outputs(state / "incomplete").items():
         path = Path(root) / output if not os.path.isabs(output) else Path(output)
         inside = Path(root).resolve() / runs_under
-        if path.name == "summary.json" and path.is_file() and path.resolve().is_relative_to(inside):
+        if path.name == naming.SUMMARY and path.is_file() and path.resolve().is_relative_to(inside):
             mark.unlink(missing_ok=True)
             kept += 1
     if kept:

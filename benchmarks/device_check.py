@@ -64,7 +64,7 @@ from pathlib import Path
 import torch
 
 import algorithms
-from benchmarks import EXIT_TIMEOUT
+from benchmarks import EXIT_TIMEOUT, naming
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_S = {  # seconds each line may take on one GPU (its processes' timeout); typical use is a fifth
@@ -155,7 +155,7 @@ class Context:
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as error:
             raise Failed(f"{name}: no end within {timeout:.0f} s") from error
-        summary = _read_json(out / "summary.json")
+        summary = _read_json(out / naming.SUMMARY)
         if done.returncode != 0 or summary.get("status") != "completed":
             said = summary.get("error") or (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise Failed(f"{name}: exit {done.returncode}, {summary.get('status')}: {said}"[:300])
@@ -170,7 +170,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
-    with open(out / "metrics.csv") as f:
+    with open(out / naming.METRICS) as f:
         return list(csv.DictReader(f))
 
 
@@ -216,7 +216,7 @@ def _backend(ctx: Context) -> str:
 
 def _real_job(ctx: Context, out: Path) -> str:
     """Check a finished one-rank job's device and backend; return what it scored."""
-    env, summary = _read_json(out / "env.json"), _read_json(out / "summary.json")
+    env, summary = _read_json(out / "env.json"), _read_json(out / naming.SUMMARY)
     if env.get("device") != ctx.device or env.get("backend") != _backend(ctx):
         raise Failed(f"ran on {env.get('device')} with {env.get('backend')}, not {ctx.device} with {_backend(ctx)}")
     if summary["final_metric"] <= 0.5:  # digits in 2 epochs on one rank: 0.93-0.97; untrained: 0.1
@@ -262,7 +262,7 @@ def resume(ctx: Context, line: Line) -> str:
     try:
         timeout = ctx.timeout(line)
         start = time.monotonic()
-        while not ((out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 2):
+        while not ((out / naming.METRICS).exists() and len((out / naming.METRICS).read_text().splitlines()) >= 2):
             if job.poll() is not None or time.monotonic() - start > timeout:
                 raise Failed(f"no first epoch (exit {job.poll()})")
             time.sleep(0.02)
@@ -273,7 +273,7 @@ def resume(ctx: Context, line: Line) -> str:
         if job.poll() is None:
             job.kill()
             job.wait()
-    stopped = _read_json(out / "summary.json")
+    stopped = _read_json(out / naming.SUMMARY)
     if job.returncode != EXIT_TIMEOUT or stopped.get("status") != "timeout":
         said = (ctx.tmp / "resume.log").read_text().strip()[-200:]
         raise Failed(f"the stop: exit {job.returncode}, {stopped.get('status')}: {said}")
@@ -282,8 +282,8 @@ def resume(ctx: Context, line: Line) -> str:
     where = log.split("resumed at epoch ")[-1].split(",")[0].split("\n")[0] if "resumed at epoch" in log else ""
     if not where.startswith("1 batch ") or where == "1 batch 0":
         raise Failed(f"not resumed inside the second epoch: {where or 'no resume in the log'}")
-    whole = _read_json(ctx.run(line, "ddp", 1, 1, "resume-whole", sets) / "summary.json")
-    resumed = _read_json(out / "summary.json")
+    whole = _read_json(ctx.run(line, "ddp", 1, 1, "resume-whole", sets) / naming.SUMMARY)
+    resumed = _read_json(out / naming.SUMMARY)
     exact = ctx.device != "cuda"  # the stand-in computes on the CPU; cuDNN may add in another order
     for key in ("final_metric", "final_train_loss", "steps"):
         off = abs(resumed[key] - whole[key]) / max(abs(whole[key]), 1e-12)

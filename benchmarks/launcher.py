@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms import accelerator
-from benchmarks import EXIT_TIMEOUT, netns, recorder, rundir
+from benchmarks import EXIT_TIMEOUT, naming, netns, recorder, rundir
 from benchmarks.checkpoint import STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
@@ -484,7 +484,7 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
     ``link_mbit`` setting makes one for the run's life (none at 0).
     """
     cfg.out.mkdir(parents=True, exist_ok=True)
-    before = _stamp(cfg.out / "summary.json")
+    before = _stamp(cfg.out / naming.SUMMARY)
     made = (
         netns.for_run(cfg.nodes, cfg.settings.get("link_mbit", 0.0), cfg.settings.get("link_queue_ms", 50.0))
         if network is None
@@ -493,7 +493,7 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
     with made as network:
         code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"], network)
     summary = rundir.read_summary(cfg.out)
-    ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / "summary.json") != before
+    ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / naming.SUMMARY) != before
     if reason and ended:  # every rank was past its last collective: a crash in teardown, not the run's
         recorder.setup_logging(cfg.out / "log.txt")
         recorder.logger.warning(

@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from algorithms import comm
-from benchmarks import rundir, tasks
+from benchmarks import naming, rundir, tasks
 from benchmarks.config import RunConfig
 
 logger = logging.getLogger("benchmarks.run")
@@ -72,7 +72,7 @@ class Recorder:
         self.csv = None
         if writes:
             self.csv = rundir.MetricsWriter(
-                cfg.out / "metrics.csv", columns, resume["metrics_bytes"] if resume else None
+                cfg.out / naming.METRICS, columns, resume["metrics_bytes"] if resume else None
             )
 
     def record(self, row: dict[str, object]) -> str | None:

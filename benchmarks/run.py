@@ -33,7 +33,7 @@ from tqdm import tqdm
 import algorithms
 from algorithms import comm
 from algorithms.topology import Topology
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, wandb_records
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, naming, parts, rundir, simulator, tasks, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.clock import WallClock, loss_accumulator
 from benchmarks.config import ConfigError, RunConfig
@@ -187,7 +187,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
             loop = resume.loop
             record.load_state_dict(resume.recorder)
         if master:  # a timeout's summary (a finished run's was refused): the run goes on
-            (cfg.out / "summary.json").unlink(missing_ok=True)
+            (cfg.out / naming.SUMMARY).unlink(missing_ok=True)
         # On the virtual clock a gamma straggler model draws the batch times themselves (VirtualClock).
         kind = "none" if in_virtual and s["straggler"] in MACHINE_CV else s["straggler"]
         stragglers = Stragglers(
@@ -195,7 +195,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
         )
         hosts = launcher.host_names()
         if master:
-            rundir.write_json_atomic(cfg.out / "config.json", cfg.to_json())
+            rundir.write_json_atomic(cfg.out / naming.CONFIG, cfg.to_json())
             env = rundir.environment(backend, launch.launcher, hosts, device, launch.slurm_job_id, threads)
             env.update(now.describe())  # the virtual cluster's time model
             rundir.write_json_atomic(cfg.out / "env.json", env)

@@ -74,11 +74,11 @@ def put_summary(out: Path, payload: dict[str, object]) -> None:
     """Write ``payload`` as ``out``/summary.json, and as its finished copy once the run has finished."""
     if payload.get("status") in FINISHED:
         write_json_atomic(Path(out) / FINISHED_COPY, payload)
-    write_json_atomic(Path(out) / "summary.json", payload)
+    write_json_atomic(Path(out) / naming.SUMMARY, payload)
 
 
 def read_summary(out: Path) -> dict[str, object] | None:
-    path = Path(out) / "summary.json"
+    path = Path(out) / naming.SUMMARY
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -132,7 +132,7 @@ def take(out: Path, owner: bool, keep_finished: bool = False) -> bool:
         _HELD.append(hold(out))
     copy = Path(out) / FINISHED_COPY
     if keep_finished and read_summary(out) is None and copy.is_file():
-        write_json_atomic(Path(out) / "summary.json", json.loads(copy.read_text()))
+        write_json_atomic(Path(out) / naming.SUMMARY, json.loads(copy.read_text()))
         print(f"{out}: finished, its summary.json removed since (a restarted workflow); put back from {copy.name}")
     status = (read_summary(out) or {}).get("status")
     if keep_finished and status in FINISHED:

@@ -41,7 +41,7 @@ import algorithms
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
 from algorithms.topology import Topology
-from benchmarks import launcher, parts, rundir, tasks
+from benchmarks import launcher, naming, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
@@ -98,7 +98,7 @@ def simulate(cfg: RunConfig) -> int:
     heapq.heapify(arrivals)
     val_loader = DataLoader(val_set, batch_size=256)
 
-    rundir.write_json_atomic(out / "config.json", cfg.to_json())
+    rundir.write_json_atomic(out / naming.CONFIG, cfg.to_json())
     env = rundir.environment("none", "simulator", [platform.node()], device, None, torch.get_num_threads())
     source = {"sim_step_source": cfg.settings["sim_step_source"]}
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated", **source})

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import config, run
+from benchmarks import config, naming, run
 
 
 def cpu_seconds() -> float:
@@ -40,7 +40,7 @@ def timed_run(
         cpu, wall = cpu_seconds() - cpu, time.perf_counter() - start
         if code != 0:
             raise RuntimeError(f"{algorithm} {nodes}x{ppn} failed: see `python -m benchmarks.run {' '.join(argv)}`")
-        return cpu, wall, json.loads((out / "summary.json").read_text())
+        return cpu, wall, json.loads((out / naming.SUMMARY).read_text())
 
 
 def step_seconds(

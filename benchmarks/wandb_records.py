@@ -89,12 +89,12 @@ def write(runs: list[Path], mode: str | None = None) -> tuple[list[Path], dict[P
         if wandb is not None:
             wandb.teardown()
     for run_dir in written:
-        (run_dir / "wandb" / DONE).write_text((run_dir / "summary.json").read_text())
+        (run_dir / "wandb" / DONE).write_text((run_dir / naming.SUMMARY).read_text())
     return written, failed
 
 
 def _record(run_dir: Path, mode: str | None) -> bool:
-    summary_path, config_path = run_dir / "summary.json", run_dir / "config.json"
+    summary_path, config_path = run_dir / naming.SUMMARY, run_dir / naming.CONFIG
     if not summary_path.is_file() or not config_path.is_file():
         return False
     summary, cfg = json.loads(summary_path.read_text()), json.loads(config_path.read_text())
@@ -126,7 +126,7 @@ def _record(run_dir: Path, mode: str | None) -> bool:
         settings=wandb.Settings(**RECORD_SETTINGS),
     )
     try:
-        metrics = run_dir / "metrics.csv"
+        metrics = run_dir / naming.METRICS
         if metrics.is_file():
             with metrics.open(newline="") as f:
                 for row in csv.DictReader(f):
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = list(args.runs)
     if args.runs_file:
         runs += [Path(line) for line in args.runs_file.read_text().split()]
-    runs = [r.parent if r.name == "summary.json" else r for r in runs]
+    runs = [r.parent if r.name == naming.SUMMARY else r for r in runs]
     written, failed = write(runs, args.mode)
     for run_dir, why in failed.items():
         print(f"warning: {run_dir}: {why}", file=sys.stderr)

@@ -2,13 +2,19 @@
 # files its rule declares and writes those it declares, named on its command line.
 
 
+def table_path(name):
+    """Where a table of the registry (analysis/artefacts.py), or a paper's file, lies."""
+    path = artefacts.files([name])[name]
+    return str(Path(path).relative_to(workflow.basedir)) if Path(path).is_absolute() else f"results/{path}"
+
+
 rule aggregate:
     input:
         RUNS,
         EARLIER,
     output:
-        runs="results/tables/runs.csv",
-        curves="results/tables/curves.csv",
+        runs=table_path("runs"),
+        curves=table_path("curves"),
     log:
         "results/logs/aggregate.log",
     run:
@@ -25,65 +31,55 @@ report: "analysis/captions/workflow.rst"
 
 def figure_paths(kind, ext="png"):
     """The figure files of one kind that the figures rule draws for this workflow's runs."""
-    return ["results/figures/" + name for name in naming.figure_files(kind, LAYOUTS, ext)]
+    return [f"results/{artefacts.FIGURES_DIR}/{name}" for name in artefacts.figure_files(kind, LAYOUTS, ext)]
+
+
+def table_output(entry):
+    """A table rule's output: in Snakemake's report, with its caption, where the registry gives one."""
+    path = table_path(entry.name)
+    return report(path, caption=entry.caption_path(), category="Tables") if entry.caption else path
+
+
+def options(names, section):
+    """The step's command line for ``names``: ``--name {section.name}`` each, as the registry's
+    steps read them (analysis/cli.py)."""
+    return " ".join(f"{artefacts.option(name)} {{{section}.{name}}}" for name in names)
 
 
 # The CSVs of published numbers that papers.yaml names: the papers table reads them all.
 PAPER_NUMBERS = [f"analysis/papers/{entry['data']}" for entry in
-                 yaml.safe_load(open(Path(workflow.basedir) / "analysis/papers/papers.yaml")).values()]
+                 yaml.safe_load(open(artefacts.SOURCES["papers_yaml"])).values()]
+TABLE_READS = ["runs", "curves", *artefacts.SOURCES]
 
 
+# Every table of the registry, in one step that reads the aggregates and the papers' files.
 rule tables:
     input:
-        runs=rules.aggregate.output.runs,
-        curves=rules.aggregate.output.curves,
-        papers_yaml="analysis/papers/papers.yaml",
+        **{name: table_path(name) for name in TABLE_READS},
         paper_numbers=PAPER_NUMBERS,
-        claims_yaml="analysis/papers/claims.yaml",
     output:
-        time_to_target=report("results/tables/time_to_target.csv",
-                              caption="analysis/captions/time_to_target.rst", category="Tables"),
-        time_to_target_md="results/tables/time_to_target.md",
-        scaling="results/tables/scaling.csv",
-        performance_ratios="results/tables/performance_ratios.csv",
-        performance_profile="results/tables/performance_profile.csv",
-        stragglers="results/tables/stragglers.csv",
-        papers="results/tables/papers.csv",
-        claims="results/tables/claims.csv",
-        dana="results/tables/dana.csv",
-        global_syncs="results/tables/global_syncs.csv",
+        **{entry.name: table_output(entry) for entry in artefacts.TABLES},
     log:
         "results/logs/tables.log",
     shell:
-        "{PY} -m analysis.tables --runs {input.runs} --curves {input.curves}"
-        " --papers-yaml {input.papers_yaml} --time-to-target {output.time_to_target}"
-        " --time-to-target-md {output.time_to_target_md}"
-        " --scaling {output.scaling} --performance-ratios {output.performance_ratios}"
-        " --performance-profile {output.performance_profile} --stragglers {output.stragglers}"
-        " --papers {output.papers} --claims-yaml {input.claims_yaml} --claims {output.claims}"
-        " --dana {output.dana} --global-syncs {output.global_syncs} > {log} 2>&1"
+        "{PY} -m analysis.tables " + options(TABLE_READS, "input") + " "
+        + options([entry.name for entry in artefacts.TABLES], "output") + " > {log} 2>&1"
 
 
+# Every figure of the registry, from the tables they read; each kind with its caption and category.
 rule figures:
     input:
-        runs=rules.aggregate.output.runs,
-        curves=rules.aggregate.output.curves,
-        time_to_target=rules.tables.output.time_to_target,
-        performance_ratios=rules.tables.output.performance_ratios,
-        stragglers=rules.tables.output.stragglers,
-        claims=rules.tables.output.claims,
+        **{name: table_path(name) for name in ["runs", *artefacts.figure_reads()]},
     output:
-        png=[report(figure_paths(kind), caption=f"analysis/captions/{kind}.rst", category=title)
-             for kind, title in naming.FIGURE_KINDS.items()],
-        svg=[path for kind in naming.FIGURE_KINDS for path in figure_paths(kind, "svg")],
+        png=[report(figure_paths(f.name), caption=f.caption_path(), category=f.title) for f in artefacts.FIGURES],
+        svg=[path for f in artefacts.FIGURES for path in figure_paths(f.name, "svg")],
     params:
-        figures="results/figures",  # the files are output.png and output.svg, named by benchmarks/naming.py
+        figures=f"results/{artefacts.FIGURES_DIR}",  # the files are output.png and output.svg, named by the registry
     log:
         "results/logs/figures.log",
     shell:
-        "{PY} -m analysis.figures --runs {input.runs} --curves {input.curves}"
-        " --time-to-target {input.time_to_target} --performance-ratios {input.performance_ratios}"
-        " --stragglers {input.stragglers} --claims {input.claims} --figures {params.figures} > {log} 2>&1"
+        "{PY} -m analysis.figures " + options(list(dict.fromkeys(["runs", *artefacts.figure_reads()])), "input")
+        + " --figures {params.figures} > {log} 2>&1"
 
 
 def present(*paths):
@@ -95,28 +91,16 @@ def present(*paths):
 
 rule report:
     input:
-        runs=rules.aggregate.output.runs,
-        time_to_target=rules.tables.output.time_to_target,
-        scaling=rules.tables.output.scaling,
-        stragglers=rules.tables.output.stragglers,
-        performance_profile=rules.tables.output.performance_profile,
-        papers=rules.tables.output.papers,
-        claims=rules.tables.output.claims,
-        global_syncs=rules.tables.output.global_syncs,
-        dana=rules.tables.output.dana,
-        papers_yaml="analysis/papers/papers.yaml",
+        **{name: table_path(name) for name in [*artefacts.report_reads(), "papers_yaml"]},
         figures=rules.figures.output.png,
-        calibration=present(CALIBRATION, CALIBRATION.replace(".csv", ".png")),
-        validation=present(VALIDATION, VALIDATION.replace(".csv", "_ratios.csv")),
+        calibration=present(CALIBRATION, str(artefacts.calibration_figure(CALIBRATION))),
+        validation=present(VALIDATION, str(artefacts.validation_ratios(VALIDATION))),
         started=present(STARTED),
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
     shell:
-        "{PY} -m analysis.report --render-only --runs {input.runs}"
-        " --time-to-target {input.time_to_target} --scaling {input.scaling} --stragglers {input.stragglers}"
-        " --performance-profile {input.performance_profile} --papers {input.papers} --claims {input.claims}"
-        " --global-syncs {input.global_syncs} --dana {input.dana}"
-        " --papers-yaml {input.papers_yaml} --figures {input.figures} --report {output}"
+        "{PY} -m analysis.report --render-only " + options([*artefacts.report_reads(), "papers_yaml"], "input")
+        + " --figures {input.figures} --report {output}"
         " --calibration {CALIBRATION} --validation {VALIDATION} --started {STARTED} > {log} 2>&1"  # each where present

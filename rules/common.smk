@@ -11,13 +11,14 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, workflow.basedir)
+from analysis import artefacts  # noqa: E402  (the registry of tables and figures: no pandas, no matplotlib)
 from benchmarks import EXIT_TIMEOUT, controller, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
 
-STARTED = "results/logs/started.txt"  # written when an invocation starts (onstart)
-FINISHED = "results/logs/finished.txt"  # written when it ends without error (onsuccess)
-CALIBRATION = "results/calibration/calibration.csv"  # by hand (python -m tools.calibrate), beside its .png
-VALIDATION = "results/tables/validation.csv"  # by hand (python -m tools.validate)
+STARTED = "results/" + artefacts.EXTERNAL["started"]  # written when an invocation starts (onstart)
+FINISHED = str(Path(STARTED).with_name("finished.txt"))  # written when it ends without error (onsuccess)
+CALIBRATION = "results/" + artefacts.EXTERNAL["calibration"]  # by hand (python -m tools.calibrate), beside its .png
+VALIDATION = "results/" + artefacts.EXTERNAL["validation"]  # by hand (python -m tools.validate)
 
 # One controller per directory; a restart after a killed one continues (benchmarks/controller.py).
 # Not in the job steps a cluster executor starts: those read this file too.
@@ -42,7 +43,7 @@ except run_config.ConfigError as error:
 BY_SUITE = {m["suite"]: m for m in MATRICES}
 RUNS, LAYOUTS = [], set()  # LAYOUTS: (suite, task, nodes, procs per node) that have runs, for the figures
 for m in MATRICES:
-    RUNS += expand(RUN + "/summary.json", suite=m["suite"], task=m["tasks"], algorithm=m["algorithms"],
+    RUNS += expand(f"{RUN}/{naming.SUMMARY}", suite=m["suite"], task=m["tasks"], algorithm=m["algorithms"],
                    nodes=m["nodes"], ppn=m["procs_per_node"], seed=m["seeds"])
     if m["algorithms"] and m["seeds"]:
         LAYOUTS |= {(m["suite"], t, n, m["procs_per_node"]) for t in m["tasks"] for n in m["nodes"]}
@@ -53,7 +54,7 @@ MADE = {str(Path(path).parent) for path in RUNS}
 EARLIER = sorted(str(d) for d in Path("results/runs").glob("*/*") if d.is_dir() and str(d) not in MADE)
 for run_dir in map(Path, EARLIER):
     fields = naming.parse_run_id(run_dir.name)
-    if fields and (run_dir / "summary.json").is_file():
+    if fields and (run_dir / naming.SUMMARY).is_file():
         nodes, ppn = int(fields["nodes"]), int(fields["procs_per_node"])
         LAYOUTS.add((run_dir.parent.name, fields["task"], nodes, ppn))
 

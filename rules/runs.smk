@@ -31,7 +31,7 @@ def launcher(wildcards, resources) -> str:
 
 rule run:
     output:
-        RUN + "/summary.json",  # only the summary: Snakemake deletes a failed job's outputs, and the
+        f"{RUN}/{naming.SUMMARY}",  # only the summary: Snakemake deletes a failed job's outputs, and the
         # checkpoint beside it in the run directory must survive a time limit
     log:
         "results/logs/{suite}/" + RUN_ID + ".log",

@@ -25,10 +25,12 @@ import pytest
 
 from analysis import (
     aggregate,
+    artefacts,
     claims,
     dana,
     figures,
     leaders,
+    overview,
     papers,
     plotting,
     profile,
@@ -297,8 +299,8 @@ def test_no_scaling_figure_for_a_single_node_count(results: Path, tmp_path: Path
     assert scaling.plot_scaling(table[table["n"] > 0], tmp_path) == []
     assert not list(tmp_path.glob("*scaling*"))
     one, two = [("s", "digits", 1, 2)], [("s", "digits", 1, 2), ("s", "digits", 2, 2), ("o", "digits", 4, 2)]
-    assert naming.figure_files("scaling", one, "png") == []  # the Snakefile declares what is drawn
-    assert naming.figure_files("scaling", two, "svg") == ["s__digits__scaling.svg"]
+    assert artefacts.figure_files("scaling", one, "png") == []  # the Snakefile declares what is drawn
+    assert artefacts.figure_files("scaling", two, "svg") == ["s__digits__scaling.svg"]
 
 
 def test_report_is_self_contained(results: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,12 +377,12 @@ def test_run_ids_and_figure_names() -> None:
         "seed": "10",
     }
     assert naming.parse_run_id("try1") is None  # a run started by hand into a directory of its own
-    assert naming.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
-    assert naming.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
+    assert artefacts.figure_stem("traces", "my suite", "digits", 2, 4) == "my_suite__digits__n2x4__traces"
+    assert artefacts.figure_stem("scaling", "s", "digits") == "s__digits__scaling"
     layouts = [("s", "digits", 1, 2), ("s", "digits", 2, 2)]
-    assert naming.figure_files("stragglers", layouts, "svg") == ["s__digits__stragglers.svg"]
-    assert naming.figure_files("performance_profile", layouts, "png") == ["performance_profile.png"]
-    assert len(naming.figure_files("metric_vs_time", layouts, "png")) == 2
+    assert artefacts.figure_files("stragglers", layouts, "svg") == ["s__digits__stragglers.svg"]
+    assert artefacts.figure_files("performance_profile", layouts, "png") == ["performance_profile.png"]
+    assert len(artefacts.figure_files("metric_vs_time", layouts, "png")) == 2
 
 
 def test_every_algorithm_has_a_colour_of_its_own_ddp_first() -> None:
@@ -573,7 +575,7 @@ def test_simulated_times_are_never_divided_by_wall_clock_times() -> None:
     table = tables.time_to_target(runs).set_index(["algorithm", "clock", "time_model"])
     assert table.loc[("dana_slim", "simulated", "m1"), "speedup_vs_ddp"] == 2.0  # 4 / 2, not 10 / 2 or 1 / 2
     assert table.loc[("local_sgd", "wall", "measured"), "speedup_vs_ddp"] == 2.0
-    summary = report.summary_table(table.reset_index())
+    summary = overview.summary_table(table.reset_index())
     simulated = summary[summary["median"].str.contains("simulated") & (summary["leader"] != "ddp")]
     assert simulated["leader"].tolist() == ["dana_slim"]
     # one seed a side: the ratio alone, never a "[2.00, 2.00]" interval
@@ -720,7 +722,7 @@ def test_calibration_errors_are_medians_over_the_seeds_that_reached_the_target(t
             "predicted_s": [1.2, 2.2, 3.0, 1.0, 1.5, 1.0],
         }
     )
-    out = report.calibration_summary(rows).set_index("algorithm")
+    out = overview.calibration_summary(rows).set_index("algorithm")
     # ddp: medians 2.0 measured, 2.2 predicted: +10 %; wagma: its one complete seed, 1.0 / 2.0 - 1
     assert out.loc["ddp", "measured_s"] == 2.0 and out.loc["ddp", "predicted_s"] == pytest.approx(2.2)
     assert out.loc["ddp", "error"] == pytest.approx(0.1) and out.loc["ddp", "seeds"] == 3
@@ -746,7 +748,7 @@ def test_the_summary_names_the_algorithms_tied_with_the_fastest() -> None:
             for name, m, lo, hi in rows
         ]
     )  # fmt: skip
-    (summary,) = report.summary_table(table).to_dict("records")
+    (summary,) = overview.summary_table(table).to_dict("records")
     assert summary["leader"] == "a" and summary["tied with it"] == "b"
     assert summary["median"] == "1.1 s [1.0, 1.2]" and summary["measure"] == "time to target"
 
@@ -791,7 +793,7 @@ def test_a_suite_is_measured_by_what_its_claims_read_of_it() -> None:
             _measured("dana-claims-16", "dana_dc", 1.0, 0.9, k=2, tta=7.0),
         ]
     )
-    summary = report.summary_table(table, measures).set_index("suite")
+    summary = overview.summary_table(table, measures).set_index("suite")
     assert summary.loc["other", "median"] == "none reached the target" and summary.loc["other", "leader"] == ""
     wagma = summary.loc["wagma-claims-64"]
     assert (wagma["measure"], wagma["leader"]) == ("seconds a step", "wagma")
@@ -856,15 +858,15 @@ def test_completed_runs_of_a_suite_without_a_target_did_not_fail_to_converge(res
     target, what it was run for where the claims read its seconds a step. Failed and unfinished runs
     are listed either way."""
     runs = aggregate.load_runs(results)
-    listed = report.problem_runs(runs)["run_id"].tolist()
+    listed = overview.problem_runs(runs)["run_id"].tolist()
     assert listed == ["digits__allreduce__n1x2__s2", "digits__allreduce__n1x2__s3", "digits__ddp__n1x2__s3"]
     measured = {"local": "seconds a step"}
-    assert report.problem_runs(runs, measured)["run_id"].tolist() == listed[:2]
-    assert report.by_design(runs, measured) == (
+    assert overview.problem_runs(runs, measured)["run_id"].tolist() == listed[:2]
+    assert overview.by_design(runs, measured) == (
         "Not listed: 1 completed run of suites without a target, which their claims read for something "
         "else (local: 1, measured by its seconds a step)."
     )
-    assert report.by_design(runs, {}) == ""
+    assert overview.by_design(runs, {}) == ""
 
 
 def test_a_suites_table_is_sorted_by_its_measure_without_repeats(table: pd.DataFrame) -> None:
@@ -873,16 +875,16 @@ def test_a_suites_table_is_sorted_by_its_measure_without_repeats(table: pd.DataF
     one: that column goes, said once. A suite without a target whose runs never reached one loses the
     time-to-target columns and gets its measure's with the interval."""
     rows = table.reset_index()
-    by_time, note = report.suite_table(rows, "time to target")
+    by_time, note = overview.suite_table(rows, "time to target")
     assert by_time["algorithm"].tolist() == ["allreduce", "ddp"]
     assert "best metric" not in by_time and note == "The best metric equals the final one in every row."
-    by_metric, _ = report.suite_table(rows, "final metric")
+    by_metric, _ = overview.suite_table(rows, "final metric")
     assert by_metric["algorithm"].tolist() == ["ddp", "allreduce"]
     assert list(by_metric.columns[2:4]) == ["algorithm", "final metric"] and "converged (k/n)" in by_metric
     assert by_metric["final metric"].iloc[0] == "0.950 [0.800, 0.950]"  # 0.95 in 3 seeds of 4, 0.8 in one
     never = rows.assign(k=0, tta_median_s=math.nan)
-    steps, note = report.suite_table(never, "seconds a step")
-    assert "seconds a step" in steps and not set(report.TARGET_COLUMNS) & set(steps.columns)
+    steps, note = overview.suite_table(never, "seconds a step")
+    assert "seconds a step" in steps and not set(overview.TARGET_COLUMNS) & set(steps.columns)
     assert note.endswith("No run reached a target: the time-to-target columns are left out.")
 
 
@@ -952,12 +954,12 @@ def test_many_lines_keep_the_best_few_in_colour(results: Path, tmp_path: Path, m
 def test_the_report_says_how_long_the_workflow_took(tmp_path: Path) -> None:
     started = tmp_path / "started.txt"
     started.write_text("1000.0\n")  # seconds since the epoch, as the Snakefile's onstart writes
-    assert report.workflow_minutes(started, now=1000.0 + 519.0) == pytest.approx(8.65)
-    assert report.workflow_minutes(tmp_path / "absent.txt") is None  # rendered by hand: nothing said
+    assert overview.workflow_minutes(started, now=1000.0 + 519.0) == pytest.approx(8.65)
+    assert overview.workflow_minutes(tmp_path / "absent.txt") is None  # rendered by hand: nothing said
     (tmp_path / "finished.txt").write_text("1231.0\n")  # the invocation ended (onsuccess)
-    assert report.workflow_minutes(started, now=1000.0 + 3200.0) == pytest.approx(3.85)  # a later rebuild by hand
+    assert overview.workflow_minutes(started, now=1000.0 + 3200.0) == pytest.approx(3.85)  # a later rebuild by hand
     started.write_text("2000.0\n")  # the next invocation, rendering before it ends
-    assert report.workflow_minutes(started, now=2000.0 + 60.0) == pytest.approx(1.0)
+    assert overview.workflow_minutes(started, now=2000.0 + 60.0) == pytest.approx(1.0)
 
 
 def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_error(tmp_path: Path) -> None:
@@ -977,7 +979,7 @@ def test_the_validation_is_shown_and_each_simulated_claim_cites_its_networks_err
             ),
         ]
     ).to_csv(path, index=False)
-    errors = report.validation_errors(pd.read_csv(path))
+    errors = overview.validation_errors(pd.read_csv(path))
     assert errors["piz_daint"][0] == pytest.approx(0.2) and errors["piz_daint"][1] == 2  # sqrt(0.1 * 0.4); fit unscored
     assert report.validation_section(path)["summary"] == "piz_daint 20.0% over 2 test rows"
     assert report.validation_section(tmp_path / "absent.csv") is None

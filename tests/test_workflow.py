@@ -73,11 +73,17 @@ def test_analysis_rules_name_their_files_and_the_report_only_renders(tmp_path):
         "--render-only" in commands["report"]
         and "--time-to-target results/tables/time_to_target.csv" in commands["report"]
     )
-    from benchmarks import naming
+    from analysis import artefacts
 
+    for entry in artefacts.TABLES:  # every table of the registry, made by the tables rule where the registry says
+        assert f"{artefacts.option(entry.name)} results/{entry.file}" in commands["tables"], entry.name
+    for name in artefacts.report_reads():
+        assert f"{artefacts.option(name)} results/{artefacts.BY_TABLE[name].file}" in commands["report"], name
     layouts = [("t", "digits", n, 2) for n in (1, 2)]
     expected = {
-        f"results/figures/{name}" for kind in naming.FIGURE_KINDS for name in naming.figure_files(kind, layouts, "png")
+        f"results/figures/{name}"
+        for kind in artefacts.BY_FIGURE
+        for name in artefacts.figure_files(kind, layouts, "png")
     }
     assert set(re.findall(r"results/figures/\S+\.png", commands["report"])) == expected
 

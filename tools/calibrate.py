@@ -51,8 +51,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
-from analysis.report import calibration_summary
-from benchmarks import config, run, tasks
+from analysis import artefacts
+from analysis.overview import calibration_summary
+from benchmarks import config, naming, run, tasks
 from benchmarks.virtual import network
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +186,7 @@ def measure_batch(epochs: tuple[int, int] = (2, 8), ranks: int = RANKS) -> float
             ]
             if any(p.wait() for p in procs):
                 raise RuntimeError(f"a calibration run failed: python -m benchmarks.run {' '.join(argv[3:])}")
-            summaries = [json.loads((out / "summary.json").read_text()) for out in outs]
+            summaries = [json.loads((out / naming.SUMMARY).read_text()) for out in outs]
             walls[e], steps = [x["wall_s"] for x in summaries], summaries[0]["steps"] // e
     short, long = epochs
     return statistics.median((b - a) / ((long - short) * steps) for a, b in zip(walls[short], walls[long]))
@@ -225,7 +226,7 @@ def time_to_target(algorithm: str, seed: int, sets: list[str]) -> float | None:
             code = run.main(argv)
         if code != 0:
             raise RuntimeError(f"{algorithm} seed {seed} failed: see `python -m benchmarks.run {' '.join(argv)}`")
-        return json.loads((out / "summary.json").read_text())["time_to_target_s"]
+        return json.loads((out / naming.SUMMARY).read_text())["time_to_target_s"]
 
 
 def figure(rows: list[dict[str, object]], path: Path) -> None:
@@ -287,11 +288,12 @@ def main(argv: list[str] | None = None) -> None:
                 {"algorithm": algorithm, "seed": seed, "measured_s": measured, "predicted_s": predicted, "role": role}
             )
             print(f"  {algorithm:<15} seed {seed}: measured {measured} s, predicted {predicted} s", flush=True)
-    with open(args.out / "calibration.csv", "w", newline="") as f:
+    table = args.out / Path(artefacts.EXTERNAL["calibration"]).name
+    with open(table, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["algorithm", "seed", "measured_s", "predicted_s", "role"])
         writer.writeheader()
         writer.writerows(rows)
-    figure(rows, args.out / "calibration.png")
+    figure(rows, artefacts.calibration_figure(table))
     summary = calibration_summary(pd.DataFrame(rows))
     print(f"{'algorithm':<15} {'measured':>9} {'predicted':>10} {'error':>7}")
     for r in summary.itertuples():

@@ -46,7 +46,8 @@ import torch
 import torch.distributed as dist
 
 import algorithms
-from benchmarks import config, netns, run
+from analysis import artefacts
+from benchmarks import config, naming, netns, run
 from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, used here and by the tests
     CASES,
     EMULATED,
@@ -65,7 +66,7 @@ from benchmarks.virtual import job, network
 from tools import calibrate
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "tables" / "validation.csv"
+OUT = ROOT / "results" / artefacts.EXTERNAL["validation"]
 COLUMNS = ["case", "source", "network", "measured", "predicted", "relative_error", "role", "unit"]
 
 
@@ -191,14 +192,14 @@ def simulate(spec: dict, work: Path, extra: dict | None = None) -> Path:
 
 
 def rows_of(rundir: Path) -> list[dict]:
-    with open(rundir / "metrics.csv", newline="") as f:
+    with open(rundir / naming.METRICS, newline="") as f:
         return list(csv.DictReader(f))
 
 
 def train_step_s(rundir: Path) -> float:
     """Seconds of simulated training a step (``summary.json``'s ``step_s``: the run's clock less its
     evaluations, over its steps). The papers' throughputs count training steps."""
-    return json.loads((rundir / "summary.json").read_text())["step_s"]
+    return json.loads((rundir / naming.SUMMARY).read_text())["step_s"]
 
 
 def steady_step_s(rundir: Path) -> float:
@@ -338,11 +339,6 @@ def write(rows: list[dict], path: Path, columns: list[str] = COLUMNS) -> None:
             writer.writerow({**r, **{k: f"{r[k]:.6g}" for k in ("measured", "predicted", "relative_error")}})
 
 
-def ratios_path(out: Path) -> Path:
-    """Where the ratio table goes: beside the table of cases (``validation_ratios.csv``)."""
-    return out.with_name(f"{out.stem}_ratios.csv")
-
-
 def read_rows(path: Path) -> dict[str, dict]:
     """A written table of cases, by case name, its numbers as floats."""
     with open(path, newline="") as f:
@@ -402,9 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     pairs(every, rules)  # a rule that pairs nothing is an error before any run
     if args.ratios_only:
         ratios = ratio_rows(every, read_rows(args.out), rules)
-        write(ratios, ratios_path(args.out), RATIO_COLUMNS)
+        write(ratios, artefacts.validation_ratios(args.out), RATIO_COLUMNS)
         report_ratios(ratios)
-        print(f"wrote {ratios_path(args.out)}")
+        print(f"wrote {artefacts.validation_ratios(args.out)}")
         return 0
     cases = [c for c in every if args.only is None or re.search(args.only, c["case"])]
     ok, why = netns.available() if any(c["quantity"] == "emulated_step" for c in cases) else (True, "")
@@ -422,10 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     ordered = [rows[c["case"]] for c in cases]
     write(ordered, args.out)
     ratios = ratio_rows(every, rows, rules)
-    write(ratios, ratios_path(args.out), RATIO_COLUMNS)
+    write(ratios, artefacts.validation_ratios(args.out), RATIO_COLUMNS)
     report(ordered, left_out, skipped)
     report_ratios(ratios)
-    print(f"wrote {args.out} and {ratios_path(args.out)} ({time.perf_counter() - start:.0f} s)")
+    print(f"wrote {args.out} and {artefacts.validation_ratios(args.out)} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
