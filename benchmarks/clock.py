@@ -8,10 +8,14 @@ virtual clock charges them from its time model; here they take their own time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 from algorithms import accelerator
+
+T = TypeVar("T")
 
 
 class WallClock:
@@ -33,6 +37,11 @@ class WallClock:
 
     def evaluate(self, batches: float) -> None:
         """An evaluation takes its own time."""
+
+    def shared(self, key: object, make: Callable[[], T]) -> T:
+        """What the ranks of one process may share, made once (``VirtualClock.shared``): a real rank
+        is its own process, so it makes its own."""
+        return make()
 
     sleep = None  # stragglers sleep for real
     columns = ()  # metrics.csv's columns of the clock's own (the virtual clock's time breakdown)

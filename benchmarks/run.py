@@ -137,7 +137,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
         timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
         control = dist.new_group(backend=comm.side_backend(), timeout=timeout)
         comm.set_sent_bytes(0.0)  # the algorithm's bytes from here on; a resume restores its count
-        train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
+        root = Path(s["data_root"]) if s["data_root"] else None
+        train_set, val_set = now.shared(("datasets", cfg.task, root), lambda: task.make_datasets(root))
         torch.manual_seed(cfg.seed)  # same initial model on every rank
         model = task.make_model().to(device)
         now.size_messages(model)  # the virtual cluster may charge a paper's model size on the wire

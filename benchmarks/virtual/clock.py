@@ -6,8 +6,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 # The forward pass's share of a batch's compute; backward costs about twice the forward (two matrix
 # products per layer against one: Kaplan et al., "Scaling Laws for Neural Language Models", 2020, Sec. 2.1).
 FORWARD_SHARE = 1.0 / 3.0
+
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -73,6 +77,14 @@ class VirtualClock:
         self.updater_speedup = s["sim_updater_speedup"]
         self._batch_s: float | None = None  # this batch's compute time, once drawn
         self._charged_s = 0.0  # the part of it charged so far
+
+    def shared(self, key: object, make: Callable[[], T]) -> T:
+        """One ``make()`` for every rank of the cluster: its ranks are threads of one process, and the
+        read-only datasets need one copy, not one a rank (1,024 copies of MNIST-1D drawn 5x larger
+        were 4 GB)."""
+        if key not in self.cluster.shared:
+            self.cluster.shared[key] = make()
+        return self.cluster.shared[key]
 
     def __call__(self) -> float:
         return self.scheduler.now()

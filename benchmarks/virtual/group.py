@@ -198,7 +198,9 @@ class VirtualGroup(dist.ProcessGroup):
         super().__init__(group_rank, len(ranks))
         self.cluster, self.ranks, self.name = cluster, ranks, name
         self.calls = 0
-        self.mpi = False  # its traffic goes at MPI's pace (``comm.carried_by_mpi``)
+        # its traffic goes at MPI's pace (``comm.carried_by_mpi``; every group across nodes: ``Network.mpi_for_all``)
+        network, per_node = cluster.network, cluster.procs_per_node
+        self.mpi = network.mpi_for_all and network.mpi is not None and len({r // per_node for r in ranks}) > 1
 
     def carried_by_mpi(self) -> None:
         self.mpi = True

@@ -45,6 +45,7 @@ class Cluster:
         self.scheduler.network_event = self.fabric.next_event
         self.scheduler.network_reach = self._reach
         self.streams: dict[str, deque] = {}  # a group's collectives waiting for its stream, in order
+        self.shared: dict[object, object] = {}  # what the ranks share (``VirtualClock.shared``)
 
     def _reach(self, t: float) -> None:
         for flow in self.fabric.reach(t):

@@ -78,6 +78,10 @@ class Network:
     # (the host's progress of the MPI call). None: MPI goes as fast as the links.
     mpi: Link | None = None
     mpi_overlap: float = 0.0
+    # True: every group whose ranks span nodes goes at MPI's pace, with its overlap cost, whichever
+    # algorithm made it: DASO's claims with every method on Heat's transport (``tools.daso_sweep``,
+    # the "fair" variant). False: only the groups an algorithm marks (``comm.carried_by_mpi``).
+    mpi_for_all: bool = False
     # The nodes of one cell of the fabric, inside which the network between the adapters is not a
     # bottleneck (a dragonfly's group, a DragonFly+ cell's full fat tree); the links between cells
     # are not modelled, so a job on more nodes is told so (``spans_cells``). 0: one cell, any size.
@@ -296,12 +300,13 @@ def load(spec: str, inter_speed: float = 1.0) -> Network:
         sources, sync_s, rails = dict(d.get("sources", {})), float(d.get("sync_s", 0.0)), int(d.get("rails", 1))
         mpi = Link(**d["mpi"]) if d.get("mpi") else None
         overlap, cells = float(d.get("mpi_overlap", 0.0)), int(d.get("cell_nodes", 0))
-        return Network(d["name"], *links, sources, sync_s, skips, rails, mpi, overlap, cells)
+        for_all = bool(d.get("mpi_for_all", False))
+        return Network(d["name"], *links, sources, sync_s, skips, rails, mpi, overlap, for_all, cells)
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
             f"network file {spec}: {error!r}; expected the form of {EXAMPLE.relative_to(EXAMPLE.parents[2])}: "
             '"name", "intra" and "inter" as {"latency_s": seconds, "bandwidth_bps": bytes per second}, '
-            'and optionally "sources", "sync_s", "skips_empty_segments", "rails", "mpi", "mpi_overlap", "cell_nodes"'
+            'and optionally "sources", "sync_s", "skips_empty_segments", "rails", "mpi", "mpi_overlap", "mpi_for_all", "cell_nodes"'
         ) from None
 
 
