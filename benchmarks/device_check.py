@@ -11,7 +11,7 @@ benchmarks.run`` and ``benchmarks.timing``, on the embedded ``digits`` task with
 * **the virtual cluster on the device** (``clock=simulated``: P ranks as threads of one process, the
   compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs (with ``KNOBS``, so that
   each does its own work in them), beside the same run on the CPU. The synchronous family, whose simulated run follows the real job's trajectory
-  (``tests/test_virtual.py``), must follow the CPU's (``LOSS_RTOL``, ``METRIC_ATOL``); the others,
+  (``tests/virtual/test_virtual.py``), must follow the CPU's (``LOSS_RTOL``, ``METRIC_ATOL``); the others,
   whose updates race or arrive in an order (threads, updaters, a parameter server), must train as
   they do on the CPU (``TRAINED_ATOL``). Their decisions follow the virtual clock, which is the
   same on both devices, but one that turns on a value may flip with the device's rounding.
@@ -32,7 +32,7 @@ and alone, as it is a timing. So the check ends within ``--budget-s``. The lines
 the whole check should take 2-4 minutes (an estimate: it has not yet run on one).
 
 ``--strict-stand-in`` runs the same lines on a CPU, with the strict device of ``tests/strict_device.py``
-as the accelerator (the tests use it: ``tests/test_device_check.py``); there the runs go through a
+as the accelerator (the tests use it: ``tests/benchmarks/test_device_check.py``); there the runs go through a
 forkserver that registers it first (``benchmarks/forkserver.py``). What only CUDA has (pinned
 memory) is a skip there; NCCL's role is played by the stand-in's own process groups, which keep
 NCCL's rules; every budget is 3x (``STAND_IN_SLOWER``). All 50 lines take about 8 minutes on 2 busy
@@ -79,7 +79,7 @@ TOTAL_BUDGET_S = 480
 STAND_IN_SLOWER = 3  # the stand-in runs each operation in Python: its budgets are 3x (about 2.5x seen)
 LAYOUTS = ((2, 2), (8, 1))
 EPOCHS = 2
-# The algorithms whose simulated 2x2 run follows the real job's trajectory (tests/test_virtual.py):
+# The algorithms whose simulated 2x2 run follows the real job's trajectory (tests/virtual/test_virtual.py):
 # on the device it must follow the CPU's, within the device's rounding.
 DETERMINISTIC = "ddp allreduce local_sgd post_local_sgd dpsgd sgp daso diloco powersgd horovod".split()
 LOSS_RTOL = 5e-3  # train and val loss at every evaluation; seen on an H200: 1.4e-4 (README, 4 algorithms)
@@ -89,7 +89,7 @@ NO_ACCELERATOR = (
     "device_check: no accelerator here (torch.cuda.is_available() is False): nothing checked. "
     "On a machine without a GPU, --strict-stand-in runs the same lines on the strict CPU stand-in."
 )
-KNOBS = {  # each algorithm's own work within 2 epochs of digits, as tests/test_virtual.py sets it
+KNOBS = {  # each algorithm's own work within 2 epochs of digits, as tests/virtual/test_virtual.py sets it
     "lap_sgd": ["updaters=2"],  # the digits model has no 4 blocks
     "lpp_sgd": ["updaters=2"],
     "powersgd": ["start_powerSGD_iter=10"],  # compressed from the 10th step (default: the 1000th)

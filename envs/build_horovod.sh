@@ -5,7 +5,7 @@
 # headers need C++17 (a plain `pip install horovod` stops at torch's "#error C++17 or later
 # compatible compiler is required"); CXXFLAGS cannot fix that (CMake's flag comes last). A compiler
 # wrapper that appends -std=c++17 after everything else does (gcc honours the last -std), with no
-# patch to Horovod. The wheel runs under the launches of tests/test_horovod.py (mpirun, horovodrun
+# patch to Horovod. The wheel runs under the launches of tests/algorithms/test_horovod.py (mpirun, horovodrun
 # --gloo, the suite's launcher); horovodrun in MPI mode does not find PyPI's MPICH 5 (it looks for
 # "MPICH" in `mpirun --version`), and HOROVOD_CPU_OPERATIONS=gloo under plain mpirun segfaulted.
 #

@@ -10,11 +10,11 @@ fi
 .venv/bin/python -m pip install --quiet -r envs/requirements-cpu.txt
 bash envs/build_horovod.sh  # optional baseline: on failure it says so in one line and install goes on
 # --- Optional, from Debian where apt-get is there and we are root:
-# - a browser for the report's test (tests/test_report_browser.py opens report.html in headless
+# - a browser for the report's test (tests/analysis/test_report_browser.py opens report.html in headless
 #   Chromium through Playwright): Debian's chromium, Playwright's own download is not reachable here
 #   (elsewhere set CHROMIUM to a browser);
 # - SimGrid, the oracle that the virtual cluster's shared-link solver is tested against
-#   (tests/test_flows_simgrid.py loads Debian's module alone; skipped where it is missing).
+#   (tests/virtual/test_flows_simgrid.py loads Debian's module alone; skipped where it is missing).
 wanted=()
 command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
 compgen -G "/usr/lib/python3/dist-packages/simgrid*.so" >/dev/null || wanted+=(python3-simgrid)

@@ -226,7 +226,7 @@ PRESETS: dict[str, Network] = {
     # ratio of communication to compute is Table 2's whatever the batch. A non-blocking sync is
     # not free: at 32 GPUs, B=1 S=1 (4.2545 h) saves only 22 % of what B=1 S=0 adds over the
     # compute alone (3.1792 h, B=32 S=0 less its 1/31 of B=1's extra), so compute pays 0.78 of a
-    # hidden sync. tests/test_virtual.py recomputes the fit; results/tables/validation.csv marks
+    # hidden sync. tests/virtual/test_virtual.py recomputes the fit; results/tables/validation.csv marks
     # those rows ``fit``.
     "juwels_booster_heat": Network(
         "juwels_booster_heat",
