@@ -23,53 +23,8 @@ import algorithms
 from algorithms import accelerator
 from benchmarks import naming, stragglers, tasks
 from benchmarks.schedule import SCHEDULES
+from benchmarks.settings import CLOCK_ONLY, SETTINGS, Settings
 from benchmarks.virtual import network
-
-# Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
-SETTINGS: dict[str, tuple[object, object]] = {
-    "suite": (str, "adhoc"),  # groups runs in results/ and in wandb
-    "data_root": (str | None, None),  # where tasks that read from disk find their data
-    "wandb": (bool, True),
-    "wandb_project": (str, "dp-bench"),
-    "wandb_mode": (str, "offline"),  # offline | online | disabled; WANDB_MODE in the environment wins
-    "collective_timeout_s": (float, 300.0),  # wall: a collective that hangs longer fails the run
-    "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
-    "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
-    "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
-    "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by lr_scale() (Goyal et al.)
-    "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
-    "straggler": (str, "none"),  # none | fixed | slow | gamma | gamma_het (benchmarks/stragglers.py)
-    "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step; slow: the slow ranks
-    "straggler_delay_ms": (float, 0.0),  # fixed, slow: delay of each delayed rank; gamma*: mean delay
-    "link_mbit": (
-        float,
-        0.0,
-    ),  # wall, local, root: each node's ranks share one link of this rate (benchmarks/netns.py); 0: loopback
-    "link_queue_ms": (float, 50.0),  # link_mbit: the longest a packet may wait in a link's queue (its FIFO's depth)
-    "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual/, or simulator.py for the PS family)
-    "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
-    "sim_step_source": (
-        str,
-        "set by hand",
-    ),  # simulated: where sim_step_ms comes from (a paper's figure; tools.step_time)
-    "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
-    "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
-    "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
-    "sim_network": (
-        str,
-        "juwels_booster",
-    ),  # simulated: the two-level link model (benchmarks/virtual/network.py PRESETS)
-    "sim_inter_speed": (float, 1.0),  # simulated: inter-node bandwidth x and latency / this (the model's sensitivity)
-}
-
-
-# The settings that only one clock reads, which a run on the other clock refuses (``refuse_ignored``)
-# rather than ignore in silence: the simulated clock's time model (``sim_*``) means nothing to a real
-# job, and the virtual cluster's and the simulator's waits have no timeout to set.
-CLOCK_ONLY: dict[str, set[str]] = {
-    "simulated": {k for k in SETTINGS if k.startswith("sim_")},
-    "wall": {"collective_timeout_s", "link_mbit", "link_queue_ms"},
-}
 
 
 class ConfigError(ValueError):
@@ -86,7 +41,7 @@ class RunConfig:
     out: Path
     hparams: dict[str, object] = field(default_factory=dict)
     algorithm_params: dict[str, object] = field(default_factory=dict)
-    settings: dict[str, object] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
 
     @property
     def world_size(self) -> int:
@@ -98,7 +53,7 @@ class RunConfig:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "suite": self.settings["suite"],
+            "suite": self.settings.suite,
             "run_id": self.run_id,
             "algorithm": self.algorithm,
             "task": self.task,
@@ -109,7 +64,7 @@ class RunConfig:
             "out": str(self.out),
             "hparams": self.hparams,
             "algorithm_params": self.algorithm_params,
-            "settings": self.settings,
+            "settings": self.settings.to_json(),
         }
 
 
@@ -236,16 +191,17 @@ def resolve(
         ns = known[key]
         values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
 
-    config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
-    refuse_ignored(config.settings["clock"], given, defaulted="clock" not in given)
-    reason = algorithms.get(algorithm).unavailable(simulated=config.settings["clock"] == "simulated")
+    settings = Settings(**values.pop("settings"))
+    config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values, settings=settings)
+    refuse_ignored(settings.clock, given, defaulted="clock" not in given)
+    reason = algorithms.get(algorithm).unavailable(simulated=settings.simulated)
     if reason:
         raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
-    if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
+    if settings.scale_lr:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
         config.hparams["lr"] = config.hparams["lr"] * lr_scale(config.algorithm, config.world_size)
     _check_values(config)  # after the scaling: min_lr is checked against the lr the run uses
     if check_data and task_obj.check_data is not None:
-        root = config.settings["data_root"]
+        root = settings.data_root
         try:
             task_obj.check_data(Path(root) if root else None)
         except tasks.DataRootError as error:
@@ -346,63 +302,59 @@ def _check_values(config: RunConfig) -> None:
             "--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; give it at least 1 epoch"
         )
     devices = ("auto", "cpu", "cuda", *accelerator.registered())
-    if s["device"] not in devices:
-        raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s['device']!r}")
-    if s["wandb_mode"] not in ("offline", "online", "disabled"):
-        raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
-    if s["straggler"] not in stragglers.KINDS:
-        raise ConfigError(f"--set straggler: must be one of {', '.join(stragglers.KINDS)}, got {s['straggler']!r}")
-    if s["clock"] not in ("wall", "simulated"):
-        raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
-    if s["clock"] == "simulated":
+    if s.device not in devices:
+        raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s.device!r}")
+    if s.wandb_mode not in ("offline", "online", "disabled"):
+        raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s.wandb_mode!r}")
+    if s.straggler not in stragglers.KINDS:
+        raise ConfigError(f"--set straggler: must be one of {', '.join(stragglers.KINDS)}, got {s.straggler!r}")
+    if s.clock not in ("wall", "simulated"):
+        raise ConfigError(f"--set clock: must be wall or simulated, got {s.clock!r}")
+    if s.clock == "simulated":
         if algorithms.get(config.algorithm).simulator is None:
             simulated = [name for name in algorithms.names() if algorithms.get(name).simulator]
             raise ConfigError(
                 f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
                 f"simulated algorithms: {', '.join(simulated)}"
             )
-        if s["straggler"] in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
+        if s.straggler in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
             raise ConfigError(
                 "--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het"
             )
-        if s["sim_model_mb"] < 0:
-            raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s['sim_model_mb']}")
-        if s["sim_updater_speedup"] <= 0:
+        if s.sim_model_mb < 0:
+            raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s.sim_model_mb}")
+        if s.sim_updater_speedup <= 0:
+            raise ConfigError(f"--set sim_updater_speedup: must be positive (1: no gain), got {s.sim_updater_speedup}")
+        if not 0 <= s.sim_step_cv < 1:
             raise ConfigError(
-                f"--set sim_updater_speedup: must be positive (1: no gain), got {s['sim_updater_speedup']}"
+                f"--set sim_step_cv: must be in [0, 1) (0: every batch takes sim_step_ms), got {s.sim_step_cv}"
             )
-        if not 0 <= s["sim_step_cv"] < 1:
+        if s.sim_step_ms <= 0:
+            raise ConfigError(f"--set sim_step_ms: must be positive, got {s.sim_step_ms}")
+        if s.sim_inter_speed <= 0:
             raise ConfigError(
-                f"--set sim_step_cv: must be in [0, 1) (0: every batch takes sim_step_ms), got {s['sim_step_cv']}"
-            )
-        if s["sim_step_ms"] <= 0:
-            raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
-        if s["sim_inter_speed"] <= 0:
-            raise ConfigError(
-                f"--set sim_inter_speed: must be positive (1: the preset's link), got {s['sim_inter_speed']}"
+                f"--set sim_inter_speed: must be positive (1: the preset's link), got {s.sim_inter_speed}"
             )
         try:
-            net = network.load(s["sim_network"])
+            net = network.load(s.sim_network)
         except ValueError as error:
             raise ConfigError(f"--set sim_network: {error}") from None
         for line in network.looks_like_bits(net):
-            warnings.warn(f"--set sim_network={s['sim_network']}: {line}", stacklevel=2)
-    if s["link_queue_ms"] <= 0:
-        raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s['link_queue_ms']} (default 50)")
-    if s["link_mbit"] < 0:
-        raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s['link_mbit']}")
+            warnings.warn(f"--set sim_network={s.sim_network}: {line}", stacklevel=2)
+    if s.link_queue_ms <= 0:
+        raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s.link_queue_ms} (default 50)")
+    if s.link_mbit < 0:
+        raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s.link_mbit}")
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
-    if s["straggler"] in ("fixed", "slow") and not 0 < s["straggler_ranks"] <= workers:
-        raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s['straggler_ranks']}")
-    if s["straggler_delay_ms"] < 0:
-        raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
-    if s["checkpoint_every"] < 0:
-        raise ConfigError(
-            f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}"
-        )
-    if s["collective_timeout_s"] <= 0:
-        raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
+    if s.straggler in ("fixed", "slow") and not 0 < s.straggler_ranks <= workers:
+        raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s.straggler_ranks}")
+    if s.straggler_delay_ms < 0:
+        raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s.straggler_delay_ms}")
+    if s.checkpoint_every < 0:
+        raise ConfigError(f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s.checkpoint_every}")
+    if s.collective_timeout_s <= 0:
+        raise ConfigError(f"--set collective_timeout_s: must be positive, got {s.collective_timeout_s}")
 
 
 def listing() -> str:
@@ -574,7 +526,7 @@ def check_launch(cfg: RunConfig, started) -> None:
     ``started`` is ``launcher.detect()``'s answer; a rank the local launcher forked is inside the
     network it made."""
     s = cfg.settings
-    if s["link_mbit"] <= 0 or (started is not None and started.launcher == "local"):
+    if s.link_mbit <= 0 or (started is not None and started.launcher == "local"):
         return
     if started is not None:
         raise ConfigError(
@@ -585,7 +537,7 @@ def check_launch(cfg: RunConfig, started) -> None:
 
     from benchmarks import netns  # noqa: PLC0415 - only where the setting is used
 
-    if s["device"] == "cuda" or (s["device"] == "auto" and torch.cuda.is_available()):
+    if s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available()):
         raise ConfigError("--set link_mbit: the emulated network carries gloo on the CPU; add --set device=cpu")
     ok, why = netns.available()
     if not ok:

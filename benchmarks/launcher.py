@@ -486,12 +486,12 @@ def run_locally(entry: Callable[[list[str]], int], argv: list[str], cfg, network
     cfg.out.mkdir(parents=True, exist_ok=True)
     before = _stamp(cfg.out / "summary.json")
     made = (
-        netns.for_run(cfg.nodes, cfg.settings.get("link_mbit", 0.0), cfg.settings.get("link_queue_ms", 50.0))
+        netns.for_run(cfg.nodes, cfg.settings.link_mbit, cfg.settings.link_queue_ms)
         if network is None
         else contextlib.nullcontext(network)
     )
     with made as network:
-        code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings["threads"], network)
+        code, reason = spawn_local(entry, argv, cfg.nodes, cfg.procs_per_node, cfg.settings.threads, network)
     summary = rundir.read_summary(cfg.out)
     ended = summary is not None and summary.get("status") != "failed" and _stamp(cfg.out / "summary.json") != before
     if reason and ended:  # every rank was past its last collective: a crash in teardown, not the run's

@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if cfg.settings["clock"] == "simulated" and algorithms.get(cfg.algorithm).simulator == "arrivals":
+    if cfg.settings.simulated and algorithms.get(cfg.algorithm).simulator == "arrivals":
         code = simulator.simulate(cfg)  # P asynchronous workers' arrival order (the parameter server)
-    elif cfg.settings["clock"] == "simulated":  # P ranks of this runner as threads, on the virtual cluster
+    elif cfg.settings.simulated:  # P ranks of this runner as threads, on the virtual cluster
         code = job.run_job(cfg, train)
     elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
         code = launcher.run_locally(main, argv, cfg)
@@ -122,28 +122,28 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
     if master:
         cfg.out.mkdir(parents=True, exist_ok=True)
         setup_logging(cfg.out / "log.txt")
-    device = launcher.pick_device(s["device"], launch.local_rank)
+    device = launcher.pick_device(s.device, launch.local_rank)
     # The ranks on this machine share its CPUs (all of them under the local launcher, whatever its virtual
     # nodes); the virtual cluster runs one rank at a time: each gets the machine.
     ranks_here = 1 if in_virtual else launch.local_size
     task = tasks.get(cfg.task)
-    threads = s["threads"] or tasks.default_threads(ranks_here, device, task)
+    threads = s.threads or tasks.default_threads(ranks_here, device, task)
     torch.set_num_threads(threads)
     now = clock or WallClock(device)
-    backend = launcher.init_process_group(launch, s["collective_timeout_s"], device)
+    backend = launcher.init_process_group(launch, s.collective_timeout_s, device)
     loop, record = checkpoint.Loop(), None
     try:
         # CPU side channel (also on NCCL jobs): start-up, stop flag, checkpoints.
-        timeout = datetime.timedelta(seconds=s["collective_timeout_s"])
+        timeout = datetime.timedelta(seconds=s.collective_timeout_s)
         control = dist.new_group(backend=comm.side_backend(), timeout=timeout)
         comm.set_sent_bytes(0.0)  # the algorithm's bytes from here on; a resume restores its count
-        train_set, val_set = task.make_datasets(Path(s["data_root"]) if s["data_root"] else None)
+        train_set, val_set = task.make_datasets(Path(s.data_root) if s.data_root else None)
         torch.manual_seed(cfg.seed)  # same initial model on every rank
         model = task.make_model().to(device)
         now.size_messages(model)  # the virtual cluster may charge a paper's model size on the wire
         # Every rank has its data and model before the first collective of the default group (the
         # algorithm's groups, the initial broadcast): NCCL's would time out on the slowest lister.
-        patience = datetime.timedelta(seconds=max(launcher.STARTUP_TIMEOUT_S, s["collective_timeout_s"]))
+        patience = datetime.timedelta(seconds=max(launcher.STARTUP_TIMEOUT_S, s.collective_timeout_s))
         if in_virtual:  # no rank can be late to start on the virtual cluster
             dist.barrier(group=control)
         else:
@@ -182,16 +182,16 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
         saver = checkpoint.Saver(cfg.out, topo.rank, world, stateful, control)
         resume = saver.restore()
         columns = [*algo.metric_columns(), *now.columns]
-        record = Recorder(cfg, columns, writes=master, clock=now.kind, resume=resume and resume.record)
+        record = Recorder(cfg, task, columns, writes=master, clock=now.kind, resume=resume and resume.record)
         if resume is not None:
             loop = resume.loop
             record.load_state_dict(resume.recorder)
         if master:  # a timeout's summary (a finished run's was refused): the run goes on
             (cfg.out / "summary.json").unlink(missing_ok=True)
         # On the virtual clock a gamma straggler model draws the batch times themselves (VirtualClock).
-        kind = "none" if in_virtual and s["straggler"] in MACHINE_CV else s["straggler"]
+        kind = "none" if in_virtual and s.straggler in MACHINE_CV else s.straggler
         stragglers = Stragglers(
-            kind, topo.rank, workers, s["straggler_ranks"], s["straggler_delay_ms"], cfg.seed, device, now.sleep
+            kind, topo.rank, workers, s.straggler_ranks, s.straggler_delay_ms, cfg.seed, device, now.sleep
         )
         hosts = launcher.host_names()
         if master:
@@ -310,7 +310,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
             if stopping or reason is not None or epoch + 1 == h["epochs"]:
                 break
             stopping = stop.agreed(drain=True)  # every flag so far: owns_loop algorithms stop here
-            if stopping or (s["checkpoint_every"] and (epoch + 1) % s["checkpoint_every"] == 0):
+            if stopping or (s.checkpoint_every and (epoch + 1) % s.checkpoint_every == 0):
                 t0 += save(0, torch.zeros((), dtype=torch.float64), checkpoint.rng_state())
             if stopping:
                 logger.info("rank %d: %s at the end of epoch %d; checkpointed", topo.rank, stop.name, epoch + 1)

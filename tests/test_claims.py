@@ -288,7 +288,7 @@ def test_the_claims_config_builds_every_simulated_claims_conditions_and_its_netw
                 for nodes in m["nodes"]:
                     sets = config.overrides_for(algorithm, task, m["overrides"])
                     cfg = config.resolve(algorithm, task, nodes, m["procs_per_node"], 0, Path("x"), sets)
-                    merged = {**cfg.algorithm_params, **cfg.hparams, **cfg.settings}
+                    merged = {**cfg.algorithm_params, **cfg.hparams, **cfg.settings.to_json()}
                     built.append(
                         (algorithm, {**merged, "task": task, "nodes": nodes, "procs_per_node": m["procs_per_node"]})
                     )

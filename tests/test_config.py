@@ -47,7 +47,7 @@ def test_set_reaches_task_algorithm_and_run_settings_with_types():
     )
     assert cfg.hparams["nesterov"] is True
     assert cfg.algorithm_params["bucket_cap_mb"] == 4.0 and isinstance(cfg.algorithm_params["bucket_cap_mb"], float)
-    assert cfg.settings["wandb"] is False and cfg.settings["data_root"] == "/some/where"
+    assert cfg.settings.wandb is False and cfg.settings.data_root == "/some/where"
     assert cfg.run_id == "digits__ddp__n2x2__s3" and cfg.world_size == 4
 
 
