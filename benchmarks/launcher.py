@@ -249,37 +249,6 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
     return device
 
 
-def group_device() -> torch.device | None:
-    """Where the job's default group takes its tensors: the rank's current accelerator under NCCL (or
-    another device's backend), None (the CPU) under gloo and on the virtual cluster."""
-    backend = dist.get_backend()
-    if backend in ("gloo", "virtual"):
-        return None
-    kinds = [k for k, b in dist.Backend.default_device_backend_map.items() if b == backend]
-    return torch.device(kinds[0], torch.get_device_module(kinds[0]).current_device())
-
-
-def all_reduce_numbers(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
-    """All-reduce a few numbers over the job; on the rank's device where the job's group is the
-    device's (NCCL takes no CPU tensors)."""
-    t = torch.tensor(values, dtype=torch.float64, device=group_device())
-    dist.all_reduce(t, op=op)
-    return t.cpu()
-
-
-def global_mean(value: torch.Tensor | float) -> float:
-    return all_reduce_numbers([float(value)])[0].item() / dist.get_world_size()
-
-
-def global_max(value: float) -> float:
-    return all_reduce_numbers([float(value)], dist.ReduceOp.MAX)[0].item()
-
-
-def slowest(*values: float) -> list[float]:
-    """Each of ``values``' maximum over the job's ranks, in one collective."""
-    return all_reduce_numbers([float(v) for v in values], dist.ReduceOp.MAX).tolist()
-
-
 def host_names() -> list[str]:
     """Every rank's host name, by rank (a collective)."""
     hosts = [None] * dist.get_world_size()

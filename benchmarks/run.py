@@ -35,7 +35,7 @@ from algorithms import comm
 from algorithms.topology import Topology
 from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, wandb_records
 from benchmarks import config as config_mod
-from benchmarks.clock import WallClock, loss_accumulator
+from benchmarks.clock import WallClock, all_reduce_numbers, global_max, global_mean, loss_accumulator, slowest
 from benchmarks.config import ConfigError, RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule, make_optimizer
@@ -220,7 +220,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
             start = now()
             runner = {**dataclasses.asdict(loop), **record.state_dict()}
             extra = dict(algorithm=algorithm_state, runner=runner, batch=batch, loss_sum=loss_sum, rng_epoch=rng_epoch)
-            wall, written = launcher.global_max(start - t0), record.metrics_bytes()
+            wall, written = global_max(start - t0), record.metrics_bytes()
             saver.save(
                 extra, dict(step=loop.step + batch, epoch=loop.epoch, batch=batch, wall_s=wall, metrics_bytes=written)
             )
@@ -265,7 +265,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
                 if stopping:
                     break
                 # the job-wide mean loss of the epoch so far, and every rank's batches
-                sums = launcher.all_reduce_numbers([float(loss_sum), float(batches)])
+                sums = all_reduce_numbers([float(loss_sum), float(batches)])
                 train_loss = sums[0].item() / max(sums[1].item(), 1.0)
                 samples = loop.samples + int(sums[1].item()) * h["batch_size"]
                 if end == steps_per_epoch:  # the epoch's end
@@ -282,7 +282,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
                     now.evaluate(len(val_part) / h["batch_size"])  # the virtual clock's forward passes
                     val_loss, val_metric = task.validate(algo.eval_model(), val_loader, device)
                 record.eval_s, elapsed = record.eval_s + now() - evaluated, now() - t0
-                clock_s, train_s = launcher.slowest(elapsed, elapsed - record.eval_s)  # the run's clock and training
+                clock_s, train_s = slowest(elapsed, elapsed - record.eval_s)  # the run's clock and training
                 row = {
                     "epoch": epoch + 1 if end == steps_per_epoch else round(epoch + end / steps_per_epoch, 4),
                     "step": loop.step if end == steps_per_epoch else loop.step + end,
@@ -293,8 +293,8 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
                     "val_loss": val_loss,
                     "val_metric": val_metric,
                     "lr": optimizer.param_groups[0]["lr"],
-                    "comm_s": None if algo.overlaps_comm else launcher.global_mean(algo.comm_s),
-                    "sent_mb": launcher.global_mean(comm.sent_bytes()) / 1e6,
+                    "comm_s": None if algo.overlaps_comm else global_mean(algo.comm_s),
+                    "sent_mb": global_mean(comm.sent_bytes()) / 1e6,
                     **algo.metrics(),
                     **now.breakdown(),
                     **({"spread": spread} if algo.tracks_spread else {}),
@@ -319,7 +319,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: WallClock | job.Virtua
         bar.close()
         algo.close()
         # A timeout's clock is the time so far; the others end at their last evaluation.
-        end = launcher.global_max(now() - t0)
+        end = global_max(now() - t0)
         wall = end if status == "timeout" else record.row.get("wall_s", end)
         fields = record.fields(loop.epoch, loop.step if steps is None else steps, loop.samples, wall)
         stop.close()
