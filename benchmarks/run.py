@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 import algorithms
 from algorithms import comm
-from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, parts, rundir, simulator, tasks, wandb_records
+from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, listing, parts, rundir, simulator, tasks, wandb_records
 from benchmarks import config as config_mod
 from benchmarks.clock import WallClock, all_reduce_numbers, global_max, global_mean, loss_accumulator, slowest
 from benchmarks.config import ConfigError, RunConfig
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.list:
-        print(config_mod.listing())
+        print(listing.listing())
         return 0
     try:
         missing = [f"--{k.replace('_', '-')}" for k in ("algorithm", "task", "out") if getattr(args, k) is None]

@@ -52,7 +52,7 @@ import torch.multiprocessing as mp
 import yaml
 
 from analysis.report import calibration_summary
-from benchmarks import config, run, tasks
+from benchmarks import matrix, run, tasks
 from benchmarks.virtual import network
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,12 +193,12 @@ def measure_batch(epochs: tuple[int, int] = (2, 8), ranks: int = RANKS) -> float
 
 def embedded_sets(algorithm: str) -> list[str]:
     """The ``--set`` items the embedded default (config/config.yaml) gives ``algorithm``'s runs."""
-    (matrix,) = [
+    (embedded,) = [
         m
-        for m in config.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+        for m in matrix.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
         if m["suite"] == "embedded"
     ]
-    return config.overrides_for(algorithm, "digits", matrix["overrides"])
+    return matrix.overrides_for(algorithm, "digits", embedded["overrides"])
 
 
 def updater_speedup(algorithm: str) -> list[str]:
