@@ -30,7 +30,7 @@ paced as a link of that rate paces it. It needs root and iproute2; ``available()
 this machine allows it, and why not.
 
     with netns.emulated(nodes=2, rate_mbit=200) as net:
-        launcher.run_locally(main, argv, cfg, network=net)
+        spawn.run_locally(main, argv, cfg, network=net)
 
 ``python -m benchmarks.netns measure --rate-mbit 200`` measures a link against its setting.
 """

@@ -36,7 +36,9 @@ from benchmarks import EXIT_TIMEOUT, checkpoint, launcher, listing, parts, rundi
 from benchmarks import config as config_mod
 from benchmarks.clock import WallClock, all_reduce_numbers, global_max, global_mean, loss_accumulator, slowest
 from benchmarks.config import ConfigError, RunConfig
+from benchmarks.devices import pick_device
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
+from benchmarks.spawn import run_locally
 from benchmarks.training import Clock, Training, set_up
 from benchmarks.virtual import job
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     elif cfg.settings.simulated:  # P ranks of this runner as threads, on the virtual cluster
         code = job.run_job(cfg, train)
     elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
-        code = launcher.run_locally(main, argv, cfg)
+        code = run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
         sizes = f"--nodes {cfg.nodes} x --procs-per-node {cfg.procs_per_node} = {cfg.world_size}"
         print(f"error: the launcher started {launch.world_size} ranks, but {sizes}", file=sys.stderr)
@@ -123,7 +125,7 @@ def train(cfg: RunConfig, launch: launcher.Launch, clock: Clock | None = None) -
     if master:
         cfg.out.mkdir(parents=True, exist_ok=True)
         setup_logging(cfg.out / "log.txt")
-    device = launcher.pick_device(cfg.settings.device, launch.local_rank)
+    device = pick_device(cfg.settings.device, launch.local_rank)
     # The ranks on this machine share its CPUs (all of them under the local launcher, whatever its virtual
     # nodes); the virtual cluster runs one rank at a time: each gets the machine.
     ranks_here = 1 if in_virtual else launch.local_size

@@ -41,7 +41,7 @@ import algorithms
 from algorithms import async_rules
 from algorithms.parameter_server import collate, gradient_at
 from algorithms.topology import Topology
-from benchmarks import launcher, parts, rundir, tasks
+from benchmarks import devices, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
@@ -78,7 +78,7 @@ def simulate(cfg: RunConfig) -> int:
     task = tasks.get(cfg.task)
     root = Path(s.data_root) if s.data_root else None
     train_set, val_set = task.make_datasets(root)
-    device = launcher.pick_device(s.device, 0)  # the logical workers' gradients on the GPU where present
+    device = devices.pick_device(s.device, 0)  # the logical workers' gradients on the GPU where present
     torch.manual_seed(cfg.seed)
     model = task.make_model().to(device)
     theta = parameters_to_vector(model.parameters()).detach().clone()
