@@ -9,7 +9,7 @@ or the reason) and the seconds it took. It runs the suite's own entry points, ``
 benchmarks.run`` and ``benchmarks.timing``, on the embedded ``digits`` task with wandb off:
 
 * **the virtual cluster on the device** (``clock=simulated``: P ranks as threads of one process, the
-  compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs (with ``KNOBS``, so that
+  compute on the GPU): every registered algorithm at 2x2 and 8x1, 2 epochs (with each class's ``short_run_knobs``, so that
   each does its own work in them), beside the same run on the CPU. The synchronous family, whose simulated run follows the real job's trajectory
   (``tests/test_virtual.py``), must follow the CPU's (``LOSS_RTOL``, ``METRIC_ATOL``); the others,
   whose updates race or arrive in an order (threads, updaters, a parameter server), must train as
@@ -89,13 +89,12 @@ NO_ACCELERATOR = (
     "device_check: no accelerator here (torch.cuda.is_available() is False): nothing checked. "
     "On a machine without a GPU, --strict-stand-in runs the same lines on the strict CPU stand-in."
 )
-KNOBS = {  # each algorithm's own work within 2 epochs of digits, as tests/test_virtual.py sets it
-    "lap_sgd": ["updaters=2"],  # the digits model has no 4 blocks
-    "lpp_sgd": ["updaters=2"],
-    "powersgd": ["start_powerSGD_iter=10"],  # compressed from the 10th step (default: the 1000th)
-    "diloco": ["inner_steps=8"],  # outer steps (default: every 500th)
-    "daso": ["sync_warmup_epochs=1", "sync_cooldown_epochs=0"],  # past its warm-up: sends in flight
-}
+
+
+def short_run_sets(algorithm: str) -> list[str]:
+    """The ``--set`` items under which ``algorithm`` does its own work within 2 epochs of digits
+    (its class's ``short_run_knobs``)."""
+    return [f"{k}={v}" for k, v in algorithms.get(algorithm).short_run_knobs.items()]
 
 
 class Skipped(Exception):
@@ -186,7 +185,7 @@ def virtual(algorithm: str, nodes: int, ppn: int) -> Callable[[Context, Line], s
     """The algorithm on the virtual cluster, on the device and on the CPU."""
 
     def work(ctx: Context, line: Line) -> str:
-        sets = ["clock=simulated", f"epochs={EPOCHS}", *KNOBS.get(algorithm, [])]
+        sets = ["clock=simulated", f"epochs={EPOCHS}", *short_run_sets(algorithm)]
         name = f"virtual-{algorithm}-{nodes}x{ppn}"
         dev = ctx.run(line, algorithm, nodes, ppn, name, [*sets, f"device={ctx.device}"])
         cpu = ctx.run(line, algorithm, nodes, ppn, f"{name}-cpu", [*sets, "device=cpu"])

@@ -84,10 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if cfg.settings.simulated and algorithms.get(cfg.algorithm).simulator == "arrivals":
-        code = simulator.simulate(cfg)  # P asynchronous workers' arrival order (the parameter server)
-    elif cfg.settings.simulated:  # P ranks of this runner as threads, on the virtual cluster
-        code = job.run_job(cfg, train)
+    if cfg.settings.simulated:  # one process: the algorithm's own simulator (SIMULATORS)
+        code = SIMULATORS[algorithms.get(cfg.algorithm).simulator](cfg)
     elif (launch := started) is None:  # started plainly: be the launcher of a virtual cluster
         code = run_locally(main, argv, cfg)
     elif launch.world_size != cfg.world_size:
@@ -342,6 +340,10 @@ def finish(cfg: RunConfig, run: Training, record: Recorder, status: str, fields:
     except Exception:  # noqa: BLE001 - a rank gone after its summary: the run stands
         logger.warning("rank %d: a rank left before the run's end: %s", run.topo.rank, traceback.format_exc())
     return code
+
+
+# By the class's ``simulator``: this runner's ranks as threads on the virtual cluster, or a PS's arrival order.
+SIMULATORS = {"virtual": lambda cfg: job.run_job(cfg, train), "arrivals": simulator.simulate}
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ from torch.utils.data import DataLoader
 
 import algorithms
 from algorithms import async_rules
-from algorithms.parameter_server import collate, gradient_at
 from algorithms.topology import Topology
 from benchmarks import devices, parts, rundir, tasks
 from benchmarks.config import RunConfig
@@ -133,7 +132,7 @@ def simulate(cfg: RunConfig) -> int:
             lr = h["lr"] * lr_factor(updates)
             now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
             g, loss = _gradient(
-                model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
+                server, model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
             )
             payload = async_rules.slim_payload(worker_v[i], g, h["momentum"]) if worker_v is not None else g
             gap_sum += async_rules.gap(master.params, sent[i])
@@ -192,6 +191,7 @@ def simulate(cfg: RunConfig) -> int:
     return 0
 
 
-def _gradient(model, point, task, train_set, indices, weight_decay, device):
-    x, y = collate(train_set, indices)
-    return gradient_at(model, point, task, tasks.to_device(x, device), tasks.to_device(y, device), weight_decay)
+def _gradient(server, model, point, task, train_set, indices, weight_decay, device):
+    """A logical worker's gradient at ``point``, as the parameter server's workers compute theirs."""
+    x, y = server.batch_at(train_set, indices)
+    return server.gradient_at(model, point, task, tasks.to_device(x, device), tasks.to_device(y, device), weight_decay)
