@@ -242,15 +242,15 @@ def exit_process(code: int) -> None:
 
     A rank's work ends when its entry point returns: summary written, process group destroyed. What
     the interpreter tears down after that (C++ threads of gloo, Horovod, the autograd engine,
-    destroyed in no fixed order) has aborted finished runs now and then ("terminate called without
-    an active exception", signal 6), which srun and Snakemake take for a failed run. What the
-    skipped exit handlers did that matters is done here: the log's flush, and MPI's finalize.
+    destroyed in no fixed order) can abort a finished run ("terminate called without an active
+    exception", signal 6), which srun and Snakemake would take for a failed run. What the skipped
+    exit handlers did that matters is done here: the log's flush, and MPI's finalize.
 
     A process that initialised MPI ends through the C library's ``exit`` (its exit handlers, not the
     interpreter's teardown): MPICH (4 and later) ends its connection to the process manager in
     such a handler. Without it, hydra's ``mpirun`` takes the first rank to end for a crashed one
-    and SIGKILLs the ranks still running, which then end with signal 9: a finished Horovod job
-    failed so in 1 of 103 runs, and hydra killed the ranks at the end of every run.
+    and SIGKILLs the ranks still running, which then end with signal 9: a finished job would be
+    reported as failed.
     """
     sys.stdout.flush()
     sys.stderr.flush()

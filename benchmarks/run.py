@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         code = train(cfg, launch)
         # Only now, with train's frame gone: DDP's reducer holds the group, and the last reference to a
         # gloo group dropped while the GIL is held joins its worker thread, which may wait for the GIL
-        # to free a finished work's tensors (a deadlock seen at the end of runs with wandb on).
+        # to free a finished work's tensors: a deadlock, were it dropped inside train.
         if code != 1:
             launcher.end_rank(launch.rank)
         if launch.rank != 0 or launch.launcher == "local":  # the local launcher writes the record

@@ -28,8 +28,8 @@ from benchmarks.launcher import exit_process, free_port
 class _ForkedRank:
     """One rank forked from the launcher, which has already imported torch and the suite.
 
-    Forking instead of starting ``python -m benchmarks.run`` per rank saves each rank the imports
-    (about 2.5 CPU-seconds, most of a small run's cost on a 2-core machine). The launcher has run no
+    Forking instead of starting ``python -m benchmarks.run`` per rank saves each rank the imports of
+    torch and the suite, which on a small machine cost more than a small run's training. The launcher has run no
     torch operation, so no thread pool or lock is inherited in use; the child calls ``entry(argv)``
     in the torchrun-style environment, and never returns. Given a network namespace (its virtual
     node's, ``benchmarks/netns.py``), the child enters it first, before it opens any socket.
@@ -115,9 +115,9 @@ def spawn_local(
     world = nodes * procs_per_node
     if threads <= 0:
         threads = max(1, len(os.sched_getaffinity(0)) // procs_per_node)
-    # The first optimizer a rank makes imports torch._dynamo (800 modules, 1.5 CPU-s): once here,
-    # before the fork, instead of once in every rank at the same time (5-7 s of a small run's start
-    # on 2 cores). The import starts no thread.
+    # The first optimizer a rank makes imports torch._dynamo (hundreds of modules): once here, before
+    # the fork, instead of once in every rank at the same time, where the ranks would contend for the
+    # cores at the start of a small run. The import starts no thread.
     import torch._dynamo  # noqa: F401, PLC0415
 
     port = free_port()
