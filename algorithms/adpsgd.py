@@ -64,6 +64,7 @@ class ADPSGD(Algorithm):
     tracks_spread = True  # the replicas drift apart between exchanges, as for the other gossip methods
     family = "point-to-point"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)

@@ -35,6 +35,7 @@ class AllReduce(Algorithm):
 
     family = "all-reduce"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     def __init__(self, topology: Topology) -> None:
         super().__init__(topology)

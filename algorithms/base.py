@@ -155,6 +155,13 @@ class Algorithm(abc.ABC):
     # global), "parameter server" or "shared memory".
     family: ClassVar[str] = ""
     columns: ClassVar[tuple[str, ...]] = ()  # its own metrics.csv columns; ``metrics()`` gives their values
+    # Its cells in the time model's calibration (``tools/calibrate.py``): "fit" where a choice of the
+    # model was made seeing them (shown, not scored), "test" where none was (out of sample), None
+    # where it is not calibrated. A model change chosen on a "test" algorithm makes it "fit".
+    calibration: ClassVar[str | None] = None
+    # Knobs under which it does its own work within a short run (2 epochs of the embedded task), as
+    # the device check and the virtual cluster's tests run it (a default may wait thousands of steps).
+    short_run_knobs: ClassVar[dict[str, object]] = {}
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology

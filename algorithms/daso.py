@@ -175,6 +175,8 @@ class DASO(Algorithm):
 
     family = "hierarchical"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
+    short_run_knobs = {"sync_warmup_epochs": 1, "sync_cooldown_epochs": 0}  # past its warm-up: sends in flight
 
     def __init__(
         self,

@@ -74,6 +74,7 @@ class DDP(Algorithm):
     broadcast_start = False  # the wrapper broadcasts the initial state itself
     family = "all-reduce"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     def __init__(self, topology: Topology, *, bucket_cap_mb: float = 25.0) -> None:
         super().__init__(topology)

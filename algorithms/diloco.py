@@ -47,6 +47,8 @@ class DiLoCo(Algorithm):
 
     family = "periodic averaging"
     simulator = "virtual"
+    calibration = "test"  # tools/calibrate.py
+    short_run_knobs = {"inner_steps": 8}  # outer steps (default: every 500th)
     tracks_spread = True
 
     def __init__(

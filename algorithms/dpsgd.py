@@ -56,6 +56,7 @@ class DPSGD(Algorithm):
 
     family = "point-to-point"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     tracks_spread = True
 

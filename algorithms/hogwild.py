@@ -250,7 +250,32 @@ def fill_batch(template: object, leaves: list[torch.Tensor]) -> object:
     return type(template)(fill_batch(t, leaves) for t in template)
 
 
-class UpdaterPool:
+class Updaters:
+    """What the two ways of running the updaters share (processes, ``UpdaterPool``; threads on the
+    virtual cluster, ``ThreadUpdaters``): U updaters over one model, each with its contiguous block,
+    its momentum buffers, its full/partial toggle and its stats row, and the optimizer's momentum,
+    Nesterov and weight-decay settings (``Updater``'s keyword arguments). ``share`` makes each state
+    tensor visible to the updaters (``_share_`` for processes; as it is for threads)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        updaters: int,
+        blocks: list[tuple[int, int]],
+        optimizer_defaults: dict,
+        seed: int,
+        share: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        self.model, self.updaters, self.blocks, self.seed = model, updaters, blocks, seed
+        self.settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
+        self.bufs, self.started, self.toggles, self.stats = updater_state(list(model.parameters()), updaters, share)
+
+    def applied(self) -> int:
+        """Updates applied so far, all updaters together."""
+        return int(self.stats[:, 1].sum())
+
+
+class UpdaterPool(Updaters):
     """U updater processes training one shared model, fed through a ring of shared batch slots.
 
     The processes start at once (before the run's clock) and wait for ``setup``, which the first
@@ -284,8 +309,8 @@ class UpdaterPool:
         cuda = self.device.type == "cuda"
         ctx = mp.get_context("spawn" if accelerator.is_accelerator(self.device) else "fork")
         # Shared as ``_share_`` shares: CPU tensors in POSIX shared memory, CUDA ones through CUDA IPC.
-        self.updaters, self.model = updaters, model.share_memory() if self.device.type == "cpu" else model
-        self.bufs, self.started, self.toggles, self.stats = updater_state(list(model.parameters()), updaters, _share_)
+        shared = model.share_memory() if self.device.type == "cpu" else model
+        super().__init__(shared, updaters, blocks, optimizer_defaults, seed, _share_)
         self.counter = ctx.Value("q", 0)
         self.ready, self.free, started = ctx.Queue(), ctx.Queue(), ctx.Queue()
         self.setups = [ctx.Queue() for _ in range(updaters)]
@@ -294,7 +319,6 @@ class UpdaterPool:
         # The feed's copies get a stream of their own: the rank's default stream also queues the
         # averager's work, which waits there for each all-reduce, and a copy must not wait for one.
         self.copy_stream = torch.cuda.Stream(self.device) if cuda else None
-        settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
         self.procs = [
             ctx.Process(
                 target=_run,
@@ -307,7 +331,7 @@ class UpdaterPool:
                     self.bufs[u],
                     self.started[u],
                     self.toggles[u],
-                    settings,
+                    self.settings,
                     self.counter,
                     self.stats[u],
                     self.ready,
@@ -364,9 +388,6 @@ class UpdaterPool:
 
     def set_updates(self, value: int) -> None:
         self.counter.value = value
-
-    def applied(self) -> int:
-        return int(self.stats[:, 1].sum())
 
     def idle(self, threshold: int, poll_s: float) -> None:
         """Between two polls of the averager that did not average: pause ``poll_s`` (0: the official
@@ -456,7 +477,7 @@ def _get(q, parent: int, alive: Callable[[], None] | None = None):
                 raise SystemExit(0) from None
 
 
-class ThreadUpdaters:
+class ThreadUpdaters(Updaters):
     """The U updaters as threads of their rank on the virtual cluster (``--set clock=simulated``),
     with ``UpdaterPool``'s interface: the same ``Updater`` steps, the same counter, momenta and toggles.
 
@@ -483,11 +504,8 @@ class ThreadUpdaters:
         seed: int,
         clock,
     ) -> None:
-        self.updaters, self.model, self.blocks, self.seed, self.clock = updaters, model, blocks, seed, clock
-        params = list(model.parameters())
-        self.sizes = [p.numel() for p in params]
-        self.bufs, self.started, self.toggles, self.stats = updater_state(params, updaters, lambda t: t)
-        self.settings = {k: optimizer_defaults[k] for k in ("momentum", "nesterov", "weight_decay")}
+        super().__init__(model, updaters, blocks, optimizer_defaults, seed, lambda t: t)
+        self.clock, self.sizes = clock, [p.numel() for p in model.parameters()]
         self.counter = 0
         self.seen = 0  # the job's updates when the averager last looked (``averaged``)
         self.cond = comm.threads().Condition()
@@ -517,9 +535,6 @@ class ThreadUpdaters:
     def set_updates(self, value: int) -> None:
         self.counter = value
         self.clock.count_updates(value, update=False)
-
-    def applied(self) -> int:
-        return int(self.stats[:, 1].sum())
 
     def idle(self, threshold: int, poll_s: float) -> None:  # noqa: ARG002 - see the class
         self.clock.wait_updates(threshold)

@@ -85,6 +85,7 @@ class Horovod(Algorithm):
     broadcast_start = False  # the wrapper broadcasts the initial state itself
     family = "all-reduce"
     simulator = "virtual"
+    calibration = "test"  # tools/calibrate.py
 
     def __init__(self, topology: Topology, *, fp16_compression: bool = False) -> None:
         super().__init__(topology)
@@ -194,6 +195,8 @@ class HorovodModel(DistributedDataParallel):
     """DDP as the virtual cluster's model of Horovod's messages: ``VirtualClock.overlap_backward``
     all-reduces its buckets in ``message_dtype`` (float16 for ``fp16_compression``; ``None``: as
     they are) and averages as Horovod's ``op=hvd.Average`` does: the sum, then scaled by 1/p."""
+
+    sums_then_averages = True  # op=hvd.Average: the virtual clock reads this, not the type
 
     def __init__(self, module: nn.Module, message_dtype: torch.dtype | None, **kwargs: object) -> None:
         super().__init__(module, **kwargs)

@@ -47,6 +47,7 @@ class LocalSGD(Algorithm):
 
     family = "periodic averaging"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     tracks_spread = True
 

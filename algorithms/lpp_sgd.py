@@ -92,6 +92,8 @@ class LAPSGD(LoopAlgorithm):
     sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
     family = "shared memory"
     simulator = "virtual"  # its updaters as threads of the rank (hogwild.ThreadUpdaters)
+    calibration = "fit"  # tools/calibrate.py
+    short_run_knobs = {"updaters": 2}  # the digits model has no 4 blocks
     columns: tuple[str, ...] = ("rounds", "K")
     overlaps_comm = True  # the averaging runs beside the updaters: no step waits for it
     boost = 1.0  # multiplier of the warmed-up lr (LPP-SGD: ``lr_boost``)

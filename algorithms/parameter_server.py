@@ -129,6 +129,9 @@ class ParameterServer(LoopAlgorithm):
     simulator = "arrivals"  # the asynchronous workers' arrival order (benchmarks/simulator.py)
     columns = ("gap", "lag", "idle_s", "max_share")
     simulated_columns = ("gap", "lag", "sim_compute_s")  # its metrics.csv columns under the simulator
+    # A worker's batch and its gradient: the simulator's logical workers compute theirs with the same.
+    batch_at = staticmethod(collate)
+    gradient_at = staticmethod(gradient_at)
 
     def __init__(
         self,

@@ -55,6 +55,8 @@ class PowerSGD(DDP):
 
     family = "all-reduce"
     simulator = "virtual"
+    calibration = "test"  # tools/calibrate.py
+    short_run_knobs = {"start_powerSGD_iter": 10}  # compressed from the 10th step (default: the 1000th)
 
     def __init__(
         self,

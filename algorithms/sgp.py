@@ -79,6 +79,7 @@ class SGP(Algorithm):
 
     family = "point-to-point"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     tracks_spread = True
 

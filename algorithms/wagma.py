@@ -93,6 +93,7 @@ class WAGMA(Algorithm):
     tracks_spread = True
     family = "point-to-point"
     simulator = "virtual"
+    calibration = "fit"  # tools/calibrate.py
 
     def __init__(
         self,

@@ -1,16 +1,16 @@
 """Resolve one run's configuration from the command line, checked before any process starts.
 
 Every ``--set key=value`` is looked up in three flat namespaces (the task's hyper-parameters, the
-algorithm's knobs, the run settings below); a key in none of them, a value of the wrong type, or a
-setting that the run's clock ignores (``CLOCK_ONLY``) is a ``ConfigError`` whose message names the
-fix. Values are parsed as YAML scalars and lists, so ``lr=0.1``, ``nesterov=true`` and
-``milestones=[80,120]`` all work.
+algorithm's knobs, the run settings of ``benchmarks/settings.py``); a key in none of them, a value
+of the wrong type, or a setting that the run's clock ignores (``CLOCK_ONLY``) is a ``ConfigError``
+whose message names the fix. Values are parsed as YAML scalars and lists, so ``lr=0.1``,
+``nesterov=true`` and ``milestones=[80,120]`` all work. The workflow's matrices are resolved run by
+run through ``benchmarks/matrix.py``; ``--list`` is ``benchmarks/listing.py``.
 """
 
 from __future__ import annotations
 
 import difflib
-import sys
 import types
 import typing
 import warnings
@@ -23,53 +23,8 @@ import algorithms
 from algorithms import accelerator
 from benchmarks import naming, stragglers, tasks
 from benchmarks.schedule import SCHEDULES
+from benchmarks.settings import CLOCK_ONLY, SETTINGS, Settings
 from benchmarks.virtual import network
-
-# Run settings that are neither task hyper-parameters nor algorithm knobs: name -> (type, default).
-SETTINGS: dict[str, tuple[object, object]] = {
-    "suite": (str, "adhoc"),  # groups runs in results/ and in wandb
-    "data_root": (str | None, None),  # where tasks that read from disk find their data
-    "wandb": (bool, True),
-    "wandb_project": (str, "dp-bench"),
-    "wandb_mode": (str, "offline"),  # offline | online | disabled; WANDB_MODE in the environment wins
-    "collective_timeout_s": (float, 300.0),  # wall: a collective that hangs longer fails the run
-    "threads": (int, 0),  # torch intra-op threads per process; 0 = cores / local processes
-    "stop_at_target": (bool, False),  # stop at the first evaluation that reaches the target
-    "device": (str, "auto"),  # auto (CUDA when present) | cpu | cuda
-    "scale_lr": (bool, False),  # lr is the single-worker rate: multiply it by lr_scale() (Goyal et al.)
-    "checkpoint_every": (int, 1),  # epochs between checkpoints (0: only at a stop signal); resume reads them
-    "straggler": (str, "none"),  # none | fixed | slow | gamma | gamma_het (benchmarks/stragglers.py)
-    "straggler_ranks": (int, 1),  # fixed: ranks delayed at every step; slow: the slow ranks
-    "straggler_delay_ms": (float, 0.0),  # fixed, slow: delay of each delayed rank; gamma*: mean delay
-    "link_mbit": (
-        float,
-        0.0,
-    ),  # wall, local, root: each node's ranks share one link of this rate (benchmarks/netns.py); 0: loopback
-    "link_queue_ms": (float, 50.0),  # link_mbit: the longest a packet may wait in a link's queue (its FIFO's depth)
-    "clock": (str, "wall"),  # wall | simulated (one process: benchmarks/virtual/, or simulator.py for the PS family)
-    "sim_step_ms": (float, 100.0),  # simulated: mean compute time of one batch
-    "sim_step_source": (
-        str,
-        "set by hand",
-    ),  # simulated: where sim_step_ms comes from (a paper's figure; tools.step_time)
-    "sim_model_mb": (float, 0.0),  # simulated: charge messages as for a model of this many MB (0: the task's own)
-    "sim_step_cv": (float, 0.0),  # simulated: machine noise, the CV of each batch's time around sim_step_ms
-    "sim_updater_speedup": (float, 1.0),  # simulated: throughput of LAP/LPP's U updaters on a GPU / one process's
-    "sim_network": (
-        str,
-        "juwels_booster",
-    ),  # simulated: the two-level link model (benchmarks/virtual/network.py PRESETS)
-    "sim_inter_speed": (float, 1.0),  # simulated: inter-node bandwidth x and latency / this (the model's sensitivity)
-}
-
-
-# The settings that only one clock reads, which a run on the other clock refuses (``refuse_ignored``)
-# rather than ignore in silence: the simulated clock's time model (``sim_*``) means nothing to a real
-# job, and the virtual cluster's and the simulator's waits have no timeout to set.
-CLOCK_ONLY: dict[str, set[str]] = {
-    "simulated": {k for k in SETTINGS if k.startswith("sim_")},
-    "wall": {"collective_timeout_s", "link_mbit", "link_queue_ms"},
-}
 
 
 class ConfigError(ValueError):
@@ -86,7 +41,7 @@ class RunConfig:
     out: Path
     hparams: dict[str, object] = field(default_factory=dict)
     algorithm_params: dict[str, object] = field(default_factory=dict)
-    settings: dict[str, object] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
 
     @property
     def world_size(self) -> int:
@@ -98,7 +53,7 @@ class RunConfig:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "suite": self.settings["suite"],
+            "suite": self.settings.suite,
             "run_id": self.run_id,
             "algorithm": self.algorithm,
             "task": self.task,
@@ -109,7 +64,7 @@ class RunConfig:
             "out": str(self.out),
             "hparams": self.hparams,
             "algorithm_params": self.algorithm_params,
-            "settings": self.settings,
+            "settings": self.settings.to_json(),
         }
 
 
@@ -236,16 +191,17 @@ def resolve(
         ns = known[key]
         values[ns][key] = coerce(key, raw, namespaces[ns][key][0])
 
-    config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values)
-    refuse_ignored(config.settings["clock"], given, defaulted="clock" not in given)
-    reason = algorithms.get(algorithm).unavailable(simulated=config.settings["clock"] == "simulated")
+    settings = Settings(**values.pop("settings"))
+    config = RunConfig(algorithm, task, nodes, procs_per_node, seed, Path(out), **values, settings=settings)
+    refuse_ignored(settings.clock, given, defaulted="clock" not in given)
+    reason = algorithms.get(algorithm).unavailable(simulated=settings.simulated)
     if reason:
         raise ConfigError(f"algorithm {algorithm!r} is unavailable here: {reason}")
-    if config.settings["scale_lr"]:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
+    if settings.scale_lr:  # Goyal et al.'s linear rule: lr x the batch one update averages / B
         config.hparams["lr"] = config.hparams["lr"] * lr_scale(config.algorithm, config.world_size)
     _check_values(config)  # after the scaling: min_lr is checked against the lr the run uses
     if check_data and task_obj.check_data is not None:
-        root = config.settings["data_root"]
+        root = settings.data_root
         try:
             task_obj.check_data(Path(root) if root else None)
         except tasks.DataRootError as error:
@@ -291,7 +247,16 @@ def lr_scale(algorithm: str, world_size: int) -> int:
 
 
 def _check_values(config: RunConfig) -> None:
-    h, s = config.hparams, config.settings
+    """Refuse a value out of its range: the task's hyper-parameters and the algorithm's knobs
+    (``_check_hparams``), then the run settings (``_check_settings``), in that order."""
+    _check_hparams(config)
+    _check_settings(config)
+
+
+def _check_hparams(config: RunConfig) -> None:
+    """The hyper-parameters, the optimizer's and schedule's among them, and the algorithm's own
+    checks of its knobs against them and against the task's model."""
+    h = config.hparams
     positive = ("batch_size", "epochs", "eval_every", "evals_per_epoch")
     for key in positive:
         if h[key] <= 0:
@@ -345,225 +310,68 @@ def _check_values(config: RunConfig) -> None:
         raise ConfigError(
             "--set warmup_epochs: inverse_sqrt decays from the end of the warm-up; give it at least 1 epoch"
         )
+
+
+def _check_settings(config: RunConfig) -> None:
+    """The run settings: device, wandb, stragglers, the clock (and the simulated clock's time model,
+    ``_check_simulated``), the emulated links, checkpoints and timeouts."""
+    s = config.settings
     devices = ("auto", "cpu", "cuda", *accelerator.registered())
-    if s["device"] not in devices:
-        raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s['device']!r}")
-    if s["wandb_mode"] not in ("offline", "online", "disabled"):
-        raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s['wandb_mode']!r}")
-    if s["straggler"] not in stragglers.KINDS:
-        raise ConfigError(f"--set straggler: must be one of {', '.join(stragglers.KINDS)}, got {s['straggler']!r}")
-    if s["clock"] not in ("wall", "simulated"):
-        raise ConfigError(f"--set clock: must be wall or simulated, got {s['clock']!r}")
-    if s["clock"] == "simulated":
-        if algorithms.get(config.algorithm).simulator is None:
-            simulated = [name for name in algorithms.names() if algorithms.get(name).simulator]
-            raise ConfigError(
-                f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
-                f"simulated algorithms: {', '.join(simulated)}"
-            )
-        if s["straggler"] in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
-            raise ConfigError(
-                "--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het"
-            )
-        if s["sim_model_mb"] < 0:
-            raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s['sim_model_mb']}")
-        if s["sim_updater_speedup"] <= 0:
-            raise ConfigError(
-                f"--set sim_updater_speedup: must be positive (1: no gain), got {s['sim_updater_speedup']}"
-            )
-        if not 0 <= s["sim_step_cv"] < 1:
-            raise ConfigError(
-                f"--set sim_step_cv: must be in [0, 1) (0: every batch takes sim_step_ms), got {s['sim_step_cv']}"
-            )
-        if s["sim_step_ms"] <= 0:
-            raise ConfigError(f"--set sim_step_ms: must be positive, got {s['sim_step_ms']}")
-        if s["sim_inter_speed"] <= 0:
-            raise ConfigError(
-                f"--set sim_inter_speed: must be positive (1: the preset's link), got {s['sim_inter_speed']}"
-            )
-        try:
-            net = network.load(s["sim_network"])
-        except ValueError as error:
-            raise ConfigError(f"--set sim_network: {error}") from None
-        for line in network.looks_like_bits(net):
-            warnings.warn(f"--set sim_network={s['sim_network']}: {line}", stacklevel=2)
-    if s["link_queue_ms"] <= 0:
-        raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s['link_queue_ms']} (default 50)")
-    if s["link_mbit"] < 0:
-        raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s['link_mbit']}")
+    if s.device not in devices:
+        raise ConfigError(f"--set device: must be one of {', '.join(devices)}, got {s.device!r}")
+    if s.wandb_mode not in ("offline", "online", "disabled"):
+        raise ConfigError(f"--set wandb_mode: must be offline, online or disabled, got {s.wandb_mode!r}")
+    if s.straggler not in stragglers.KINDS:
+        raise ConfigError(f"--set straggler: must be one of {', '.join(stragglers.KINDS)}, got {s.straggler!r}")
+    if s.clock not in ("wall", "simulated"):
+        raise ConfigError(f"--set clock: must be wall or simulated, got {s.clock!r}")
+    if s.simulated:
+        _check_simulated(config)
+    if s.link_queue_ms <= 0:
+        raise ConfigError(f"--set link_queue_ms: a queue must hold something, got {s.link_queue_ms} (default 50)")
+    if s.link_mbit < 0:
+        raise ConfigError(f"--set link_mbit: must be >= 0 (0: the machine's loopback), got {s.link_mbit}")
     # Stragglers are drawn among the workers; a parameter server's master (rank 0) is none.
     workers = algorithms.get(config.algorithm).worker_count(config.world_size)
-    if s["straggler"] in ("fixed", "slow") and not 0 < s["straggler_ranks"] <= workers:
-        raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s['straggler_ranks']}")
-    if s["straggler_delay_ms"] < 0:
-        raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s['straggler_delay_ms']}")
-    if s["checkpoint_every"] < 0:
+    if s.straggler in ("fixed", "slow") and not 0 < s.straggler_ranks <= workers:
+        raise ConfigError(f"--set straggler_ranks: must be in 1..{workers} (the workers), got {s.straggler_ranks}")
+    if s.straggler_delay_ms < 0:
+        raise ConfigError(f"--set straggler_delay_ms: must be >= 0, got {s.straggler_delay_ms}")
+    if s.checkpoint_every < 0:
+        raise ConfigError(f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s.checkpoint_every}")
+    if s.collective_timeout_s <= 0:
+        raise ConfigError(f"--set collective_timeout_s: must be positive, got {s.collective_timeout_s}")
+
+
+def _check_simulated(config: RunConfig) -> None:
+    """The simulated clock's: an algorithm that has a simulator, and the time model's values."""
+    s = config.settings
+    if algorithms.get(config.algorithm).simulator is None:
+        simulated = [name for name in algorithms.names() if algorithms.get(name).simulator]
         raise ConfigError(
-            f"--set checkpoint_every: must be >= 0 (0: only at a stop signal), got {s['checkpoint_every']}"
+            f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
+            f"simulated algorithms: {', '.join(simulated)}"
         )
-    if s["collective_timeout_s"] <= 0:
-        raise ConfigError(f"--set collective_timeout_s: must be positive, got {s['collective_timeout_s']}")
-
-
-def listing() -> str:
-    """``--list``: every algorithm with its knobs, every task with its hyper-parameters, the run settings."""
-    lines = ["Algorithms (knobs: --set name=value):"]
-    for name in algorithms.names():
-        knobs = ", ".join(f"{k}={d!r}" for k, (_, d) in algorithms.params(name).items()) or "-"
-        simulator = algorithms.get(name).simulator
-        simulated = {"virtual": "the virtual cluster", "arrivals": "the parameter-server simulator"}.get(simulator)
-        lines += [
-            f"  {name:<18} {algorithms.describe(name)}",
-            f"  {'':<18} knobs: {knobs}",
-            f"  {'':<18} clock=simulated: {simulated or 'not yet'}",
-        ]
-    lines.append("\nTasks (hyper-parameters: --set name=value):")
-    for name in tasks.names():
-        t = tasks.get(name)
-        data = f"reads --set data_root=DIR holding {t.data_hint}" if t.data_hint else "embedded, no download"
-        lines += [
-            f"  {name:<18} {t.description}",
-            f"  {'':<18} target {t.metric} {t.target}; {data}",
-            f"  {'':<18} " + ", ".join(f"{k}={v!r}" for k, v in t.hparams.items()),
-        ]
-    lines += ["\nRun settings:", "  " + ", ".join(f"{k}={d!r}" for k, (_, d) in SETTINGS.items())]
-    return "\n".join(lines)
-
-
-def yaml_value(value: object) -> str:
-    """Render a config value as the text ``--set`` parses back to the same value (flow-style YAML)."""
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
-
-
-def overrides_for(algorithm: str, task: str, overrides: list[str]) -> list[str]:
-    """The ``key=value`` items of a matrix's ``set:`` that this run's algorithm, task or settings know."""
-    known = set(SETTINGS)
-    if algorithm in algorithms.REGISTRY:
-        known |= set(algorithms.params(algorithm))
-    if task in tasks.REGISTRY:
-        known |= set(tasks.get(task).hparams)
-    return [o for o in overrides if o.partition("=")[0].strip() in known]
-
-
-def check_matrix(
-    algorithm_names: list[str], task_names: list[str], nodes: list[int], procs_per_node: int, overrides: list[str]
-) -> None:
-    """Resolve every (algorithm, task, nodes) of a matrix; raise ``ConfigError`` on the first problem.
-
-    ``--set`` keys that belong to only some algorithms or tasks of the matrix go to the runs that
-    know them (``overrides_for``); a key that no run knows is an error. Data roots are checked when
-    a run starts, not here, so that a matrix can be listed (``snakemake -n``) where the data is not.
-    """
-    used: set[str] = set()
-    for algorithm in algorithm_names:
-        for task in task_names:
-            mine = overrides_for(algorithm, task, overrides)
-            used |= {o.partition("=")[0].strip() for o in mine}
-            for n in nodes:
-                resolve(algorithm, task, n, procs_per_node, 0, Path("unused"), mine, check_data=False)
-    unknown = [o for o in overrides if o.partition("=")[0].strip() not in used]
-    if unknown:
-        resolve(
-            algorithm_names[0], task_names[0], nodes[0], procs_per_node, 0, Path("unused"), unknown, check_data=False
-        )
-
-
-def available_algorithms(names: list[str], simulated: bool = False) -> list[str]:
-    """``names`` less the algorithms that cannot run here (on the virtual cluster when ``simulated``),
-    each skipped with one line on stderr.
-
-    Unknown names are kept, so that ``check_matrix`` reports them with the list of valid ones.
-    """
-    kept = []
-    for name in names:
-        reason = algorithms.get(name).unavailable(simulated) if name in algorithms.REGISTRY else None
-        if reason:
-            print(f"skipping algorithm {name!r}: {reason}", file=sys.stderr)
-        else:
-            kept.append(name)
-    return kept
-
-
-MATRIX_KEYS = ("suite", "algorithms", "tasks", "nodes", "procs_per_node", "seeds", "set")
-SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
-
-
-def check_matrix_file(config: dict[str, object], name: str = "the matrix") -> None:
-    """Check a workflow config against ``config/schema.yaml``; raise ``ConfigError`` with one line
-    that names the key, what it should be, and a close key for a misspelt one (no schema dump)."""
-    import jsonschema  # snakemake's dependency: only the workflow and its tests check matrix files
-
-    schema = yaml.safe_load(SCHEMA.read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
-    if error is None:
-        return
-    where = "".join(f"[{p + 1}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(error.path))
-    at = f" in {where}" if where else ""
-    if error.validator == "additionalProperties":
-        allowed = list(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(allowed))
-        hints = [f"{k!r}{_did_you_mean(k, allowed)}" for k in unknown]
-        raise ConfigError(f"{name}: unknown key {', '.join(hints)}{at}; the keys are {', '.join(allowed)}")
-    if error.validator == "type":
-        kind = {"array": "a list, e.g. [a, b]", "object": "a mapping of key: value", "integer": "a whole number"}
-        expected = kind.get(error.validator_value, error.validator_value)
-        raise ConfigError(f"{name}: {where} must be {expected}, got {error.instance!r}")
-    if error.validator in ("required", "anyOf"):
-        need = "suite, algorithms, tasks, nodes, procs_per_node and seeds (or matrices:)"
-        raise ConfigError(f"{name}: {error.message}{at}; a matrix gives {need}")
-    raise ConfigError(f"{name}: {where or 'the file'}: {error.message}")
-
-
-def _did_you_mean(key: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def matrices(config: dict[str, object]) -> list[dict[str, object]]:
-    """The sub-matrices of a workflow config, each complete: suite, algorithms, tasks, nodes,
-    procs_per_node, seeds and set (a list of ``key=value``).
-
-    A config is one matrix, or several under ``matrices:`` (a paper whose experiments differ in
-    environment or recipe, such as DANA's homogeneous and heterogeneous runs). Each entry inherits
-    every top-level key it does not give; its ``set`` is merged over the top-level one. Suites must
-    differ, since a run's identity within a suite is task, algorithm, nodes and seed.
-
-    Under ``matrices:`` the top-level ``set`` is every matrix's default, whatever its clock: a key of
-    it that a matrix's clock ignores (``ignored_settings``) is left out of that matrix's runs, and one
-    that every matrix's clock ignores is an error. A key of an entry's own ``set`` (or of a config's
-    only matrix) that its clock ignores is refused when its runs are resolved (``check_matrix``).
-    """
-    base = {k: config[k] for k in MATRIX_KEYS if k in config}
-    entries = config.get("matrices") or [{}]
-    defaults = set(base.get("set", {})) if config.get("matrices") else set()
-    result, suites, read = [], set(), set()
-    for n, entry in enumerate(entries):
-        m = {**base, **{k: v for k, v in entry.items() if k != "set"}}
-        m["set"] = {**base.get("set", {}), **entry.get("set", {})}
-        clock = str(m["set"].get("clock", SETTINGS["clock"][1]))
-        dropped = (defaults - set(entry.get("set", {}))) & ignored_settings(clock)
-        m["set"] = {k: v for k, v in m["set"].items() if k not in dropped}
-        read |= defaults - dropped
-        missing = [k for k in MATRIX_KEYS if k not in m]
-        if missing:
-            raise ConfigError(
-                f"matrix {n + 1} ({m.get('suite', '?')}) lacks {', '.join(missing)}: give them "
-                "at the top level of the config or in the entry"
-            )
-        if m["suite"] in suites:
-            raise ConfigError(f"two matrices share the suite {m['suite']!r}; give each its own suite")
-        suites.add(m["suite"])
-        m["overrides"] = [f"{k}={yaml_value(v)}" for k, v in m["set"].items()]
-        result.append(m)
-    unread = sorted(defaults - read)
-    if unread:
-        owner = {k: clock for clock, keys in CLOCK_ONLY.items() for k in keys}
-        names = ", ".join(f"{k} (clock={owner[k]} only)" for k in unread)
+    if s.straggler in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
+        raise ConfigError("--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het")
+    if s.sim_model_mb < 0:
+        raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s.sim_model_mb}")
+    if s.sim_updater_speedup <= 0:
+        raise ConfigError(f"--set sim_updater_speedup: must be positive (1: no gain), got {s.sim_updater_speedup}")
+    if not 0 <= s.sim_step_cv < 1:
         raise ConfigError(
-            f"set: {names} at the top level: no matrix of this config runs on that clock, so no run reads "
-            "it; leave it out, or run a matrix on that clock"
+            f"--set sim_step_cv: must be in [0, 1) (0: every batch takes sim_step_ms), got {s.sim_step_cv}"
         )
-    return result
+    if s.sim_step_ms <= 0:
+        raise ConfigError(f"--set sim_step_ms: must be positive, got {s.sim_step_ms}")
+    if s.sim_inter_speed <= 0:
+        raise ConfigError(f"--set sim_inter_speed: must be positive (1: the preset's link), got {s.sim_inter_speed}")
+    try:
+        net = network.load(s.sim_network)
+    except ValueError as error:
+        raise ConfigError(f"--set sim_network: {error}") from None
+    for line in network.looks_like_bits(net):
+        warnings.warn(f"--set sim_network={s.sim_network}: {line}", stacklevel=4)  # at resolve()'s caller
 
 
 def check_launch(cfg: RunConfig, started) -> None:
@@ -574,7 +382,7 @@ def check_launch(cfg: RunConfig, started) -> None:
     ``started`` is ``launcher.detect()``'s answer; a rank the local launcher forked is inside the
     network it made."""
     s = cfg.settings
-    if s["link_mbit"] <= 0 or (started is not None and started.launcher == "local"):
+    if s.link_mbit <= 0 or (started is not None and started.launcher == "local"):
         return
     if started is not None:
         raise ConfigError(
@@ -585,7 +393,7 @@ def check_launch(cfg: RunConfig, started) -> None:
 
     from benchmarks import netns  # noqa: PLC0415 - only where the setting is used
 
-    if s["device"] == "cuda" or (s["device"] == "auto" and torch.cuda.is_available()):
+    if s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available()):
         raise ConfigError("--set link_mbit: the emulated network carries gloo on the CPU; add --set device=cpu")
     ok, why = netns.available()
     if not ok:

@@ -20,17 +20,17 @@ No name server is reachable from the namespaces either: c10d's warning that "the
 client socket cannot be retrieved" is that, and harmless; a rank that needs the internet (a dataset's
 download, wandb online) cannot run there.
 
-``tbf`` is in this kernel, ``netem`` is not: the links have a rate, no added delay. A tbf lets a
-full bucket pass at once, so after an idle moment (a rank's compute) a burst goes at memory speed:
-with the 64 KiB bucket that a GSO segment needs, a 32 KiB message after 20 ms idle took 0.2 ms at
-25 Mbit/s instead of 10.5. The links therefore send packets of at most ``packet_bytes(rate)`` (the
+The links use ``tbf``, not ``netem`` (which a kernel may lack): they have a rate, no added delay. A
+tbf lets a full bucket pass at once, so after an idle moment (a rank's compute) a burst goes at
+memory speed: with the 64 KiB bucket that a GSO segment needs, a 32 KiB message after an idle moment
+would cross a 25 Mbit/s link about fifty times too fast. The links therefore send packets of at most ``packet_bytes(rate)`` (the
 adapters' ``gso_max_size``) through a bucket of two of them or 0.5 ms at the rate, whichever is
 more: a burst gains at most 1 ms (at 25 Mbit/s; 0.5 ms from 49 Mbit/s up), and every message is
 paced as a link of that rate paces it. It needs root and iproute2; ``available()`` says whether
 this machine allows it, and why not.
 
     with netns.emulated(nodes=2, rate_mbit=200) as net:
-        launcher.run_locally(main, argv, cfg, network=net)
+        spawn.run_locally(main, argv, cfg, network=net)
 
 ``python -m benchmarks.netns measure --rate-mbit 200`` measures a link against its setting.
 """
@@ -353,8 +353,8 @@ def packet_bytes(rate_mbit: float) -> int:
 
 
 def _tbf(rate_mbit: float, burst_bytes: int | None, latency_ms: float) -> list[str]:
-    """A tbf's arguments: a bucket of two packets or 0.5 ms at the rate, whichever is more (a smaller
-    one holds the link under its rate: one frame at 100 Mbit/s took 47.2 ms for 512 KiB, two 44.7)."""
+    """A tbf's arguments: a bucket of two packets or 0.5 ms at the rate, whichever is more (a bucket
+    of one frame holds the link under its rate: the next packet waits for the bucket to refill)."""
     burst = burst_bytes or max(2 * packet_bytes(rate_mbit), int(rate_mbit * 1e6 / 8 * 5e-4))
     return ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", str(burst), "latency", f"{latency_ms:g}ms"]
 

@@ -46,6 +46,7 @@ class Recorder:
 
     Args:
         cfg: the resolved run.
+        task: the run's task (its metric and target), the one the runner built the run from.
         columns: the algorithm's own metrics.csv columns, after the common ones.
         writes: whether this process writes the run directory (rank 0, or the simulator).
         clock: ``"wall"`` or ``"simulated"``: the clock that ``wall_s`` reads, written to the summary.
@@ -56,14 +57,15 @@ class Recorder:
     def __init__(
         self,
         cfg: RunConfig,
+        task: tasks.Task,
         columns: list[str],
         *,
         writes: bool,
         clock: str = "wall",
         resume: dict[str, object] | None = None,
     ) -> None:
-        task = tasks.get(cfg.task)
-        self.cfg, self.metric, self.target, self.clock, self.writes = cfg, task.metric, task.target, clock, writes
+        self.cfg, self.task, self.clock, self.writes = cfg, task, clock, writes
+        self.metric, self.target = task.metric, task.target
         self.best, self.time_to_target_s, self.epochs_to_target, self.sent_mb_to_target = -math.inf, None, None, None
         self.target_step_s = None  # how finely the time to target is resolved: its evaluation's distance to the last
         self.row: dict[str, object] = {}
@@ -99,7 +101,7 @@ class Recorder:
             )
         if not math.isfinite(train_loss):
             return "diverged"
-        if self.time_to_target_s is not None and self.cfg.settings["stop_at_target"]:
+        if self.time_to_target_s is not None and self.cfg.settings.stop_at_target:
             return "target"
         return None
 
@@ -132,7 +134,7 @@ class Recorder:
         """Close metrics.csv, then write the summary (last: it marks the run done)."""
         self.close()
         if self.writes:
-            summary = rundir.write_summary(self.cfg, status, clock=self.clock, **fields)
+            summary = rundir.write_summary(self.cfg, status, clock=self.clock, task=self.task, **fields)
             logger.info(
                 "%s%s: %s",
                 status,

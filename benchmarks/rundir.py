@@ -33,9 +33,12 @@ def write_json_atomic(path: Path, payload: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def summary(cfg, status: str, error: str | None = None, clock: str = "wall", **fields: object) -> dict[str, object]:
-    """summary.json: the run's identity, its status, its measurements (``None`` where it has none yet)."""
-    task = tasks.get(cfg.task)
+def summary(
+    cfg, status: str, error: str | None = None, clock: str = "wall", task: tasks.Task | None = None, **fields: object
+) -> dict[str, object]:
+    """summary.json: the run's identity, its status, its measurements (``None`` where it has none yet).
+    ``task``: the run's task where the caller has it (else looked up by ``cfg.task``)."""
+    task = task or tasks.get(cfg.task)
     identity = {k: v for k, v in cfg.to_json().items() if k not in ("hparams", "algorithm_params", "settings")}
     unknown = set(fields) - set(MEASUREMENTS)
     if unknown:

@@ -39,12 +39,12 @@ from torch.utils.data import DataLoader
 
 import algorithms
 from algorithms import async_rules
-from algorithms.parameter_server import collate, gradient_at
 from algorithms.topology import Topology
-from benchmarks import launcher, naming, parts, rundir, tasks
+from benchmarks import devices, naming, parts, rundir, tasks
 from benchmarks.config import RunConfig
 from benchmarks.recorder import Recorder, evaluation_due, setup_logging
 from benchmarks.schedule import LRSchedule
+from benchmarks.settings import Settings
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 from benchmarks.virtual import network
 
@@ -54,10 +54,10 @@ logger = logging.getLogger("benchmarks.run")
 class Clock:
     """Per-batch compute times and message times of the simulated workers, in seconds."""
 
-    def __init__(self, s: dict[str, object], workers: int, params: int, seed: int) -> None:
-        self.mean = s["sim_step_ms"] / 1000.0
-        self.times = GammaTimes(s["straggler"], workers, self.mean, seed) if s["straggler"] in MACHINE_CV else None
-        self.link = network.load(s["sim_network"], s["sim_inter_speed"]).inter  # a worker and the master: two nodes
+    def __init__(self, s: Settings, workers: int, params: int, seed: int) -> None:
+        self.mean = s.sim_step_ms / 1000.0
+        self.times = GammaTimes(s.straggler, workers, self.mean, seed) if s.straggler in MACHINE_CV else None
+        self.link = network.load(s.sim_network, s.sim_inter_speed).inter  # a worker and the master: two nodes
         self.bytes = 4 * params  # fp32 vectors
 
     def compute(self, worker: int) -> float:
@@ -73,11 +73,11 @@ def simulate(cfg: RunConfig) -> int:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
     setup_logging(out / "log.txt")
-    torch.set_num_threads(s["threads"] or 1)
+    torch.set_num_threads(s.threads or 1)
     task = tasks.get(cfg.task)
-    root = Path(s["data_root"]) if s["data_root"] else None
+    root = Path(s.data_root) if s.data_root else None
     train_set, val_set = task.make_datasets(root)
-    device = launcher.pick_device(s["device"], 0)  # the logical workers' gradients on the GPU where present
+    device = devices.pick_device(s.device, 0)  # the logical workers' gradients on the GPU where present
     torch.manual_seed(cfg.seed)
     model = task.make_model().to(device)
     theta = parameters_to_vector(model.parameters()).detach().clone()
@@ -100,9 +100,9 @@ def simulate(cfg: RunConfig) -> int:
 
     rundir.write_json_atomic(out / naming.CONFIG, cfg.to_json())
     env = rundir.environment("none", "simulator", [platform.node()], device, None, torch.get_num_threads())
-    source = {"sim_step_source": cfg.settings["sim_step_source"]}
+    source = {"sim_step_source": cfg.settings.sim_step_source}
     rundir.write_json_atomic(out / "env.json", {**env, "clock": "simulated", **source})
-    record = Recorder(cfg, list(server.simulated_columns), writes=True, clock="simulated")
+    record = Recorder(cfg, task, list(server.simulated_columns), writes=True, clock="simulated")
     from tqdm import tqdm
 
     bar = tqdm(
@@ -120,7 +120,7 @@ def simulate(cfg: RunConfig) -> int:
         cfg.algorithm,
         cfg.task,
         workers,
-        s["straggler"],
+        s.straggler,
         updates_per_epoch,
     )
     ends = parts.part_ends(updates_per_epoch, h["evals_per_epoch"])  # where the evaluations of an epoch fall
@@ -132,7 +132,7 @@ def simulate(cfg: RunConfig) -> int:
             lr = h["lr"] * lr_factor(updates)
             now, i = heapq.heappop(arrivals)  # FIFO at the master = arrival order
             g, loss = _gradient(
-                model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
+                server, model, sent[i], task, train_set, order[b * batch : (b + 1) * batch], h["weight_decay"], device
             )
             payload = async_rules.slim_payload(worker_v[i], g, h["momentum"]) if worker_v is not None else g
             gap_sum += async_rules.gap(master.params, sent[i])
@@ -191,6 +191,7 @@ def simulate(cfg: RunConfig) -> int:
     return 0
 
 
-def _gradient(model, point, task, train_set, indices, weight_decay, device):
-    x, y = collate(train_set, indices)
-    return gradient_at(model, point, task, tasks.to_device(x, device), tasks.to_device(y, device), weight_decay)
+def _gradient(server, model, point, task, train_set, indices, weight_decay, device):
+    """A logical worker's gradient at ``point``, as the parameter server's workers compute theirs."""
+    x, y = server.batch_at(train_set, indices)
+    return server.gradient_at(model, point, task, tasks.to_device(x, device), tasks.to_device(y, device), weight_decay)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import config, naming, run
+from benchmarks import matrix, naming, run
 
 
 def cpu_seconds() -> float:
@@ -32,7 +32,7 @@ def timed_run(
         argv = ["--algorithm", algorithm, "--task", task, "--nodes", str(nodes), "--procs-per-node", str(ppn)]
         argv += ["--out", str(out), "--set", "wandb=false", "--set", f"epochs={epochs}", "--set", "checkpoint_every=0"]
         argv += ["--set", "eval_every=1000"]  # one evaluation, after the last epoch (see the module's docstring)
-        for item in config.overrides_for(algorithm, task, sets):  # an algorithm's knob goes to its runs only
+        for item in matrix.overrides_for(algorithm, task, sets):  # an algorithm's knob goes to its runs only
             argv += ["--set", item]
         cpu, start = cpu_seconds(), time.perf_counter()
         with contextlib.redirect_stderr(io.StringIO()):

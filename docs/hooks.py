@@ -11,7 +11,7 @@ Markers, each alone on a line:
   meaning is the knob's entry in the class docstring's ``Args:``);
 - ``<!-- gen: algorithms -->``: every registered algorithm, its summary line and its simulated clock;
 - ``<!-- gen: tasks -->`` and ``<!-- gen: task-hparams -->``: the task registry;
-- ``<!-- gen: settings -->``: ``benchmarks.config.SETTINGS`` with the comment beside each entry;
+- ``<!-- gen: settings -->``: ``benchmarks.settings.Settings`` with the comment beside each field;
 - ``<!-- gen: matrix-keys -->``: the properties of ``config/schema.yaml``;
 - ``<!-- gen: configs -->``: every ``config/*.yaml`` but the schema, with its header comment;
 - ``<!-- gen: networks -->``: ``benchmarks.virtual.network.PRESETS``;
@@ -152,18 +152,20 @@ def task_hparams() -> str:
 
 
 def settings() -> str:
-    from benchmarks import config
+    from benchmarks import settings as run_settings
 
-    source = Path(config.__file__).read_text()
+    source = Path(run_settings.__file__).read_text()
     lines = source.splitlines()
     comments: dict[str, str] = {}
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "SETTINGS":
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                line = lines[value.end_lineno - 1]
-                comments[key.value] = line.partition("#")[2].strip() if "#" in line else ""
+        if isinstance(node, ast.ClassDef) and node.name == "Settings":
+            for field in node.body:
+                if isinstance(field, ast.AnnAssign):  # the comment may sit inside a wrapped default
+                    span = lines[field.lineno - 1 : field.end_lineno]
+                    said = [line.partition("#")[2].strip() for line in span if "#" in line]
+                    comments[field.target.id] = said[0] if said else ""
     out = ["| setting | type | default | meaning |", "|---|---|---|---|"]
-    for key, (kind, default) in config.SETTINGS.items():
+    for key, (kind, default) in run_settings.SETTINGS.items():
         out.append(f"| `{key}` | {_cell(_type_name(kind))} | `{default!r}` | {_cell(comments.get(key, ''))} |")
     return "\n".join(out)
 

@@ -14,6 +14,7 @@ sys.path.insert(0, workflow.basedir)
 from analysis import artefacts  # noqa: E402  (the registry of tables and figures: no pandas, no matplotlib)
 from benchmarks import EXIT_TIMEOUT, controller, naming  # noqa: E402
 from benchmarks import config as run_config  # noqa: E402
+from benchmarks import matrix as run_matrix  # noqa: E402
 
 STARTED = "results/" + artefacts.EXTERNAL["started"]  # written when an invocation starts (onstart)
 FINISHED = str(Path(STARTED).with_name("finished.txt"))  # written when it ends without error (onsuccess)
@@ -31,12 +32,12 @@ PY = sys.executable  # the interpreter running snakemake: the suite's environmen
 RUN_ID = naming.run_id("{task}", "{algorithm}", "{nodes}", "{ppn}", "{seed}")  # with wildcards for fields
 RUN = "results/runs/{suite}/" + RUN_ID
 try:  # the matrix file and every run it makes, before any job: a mistake is one line, as on the command line
-    run_config.check_matrix_file(config)
-    MATRICES = run_config.matrices(config)  # one, or several under `matrices:` (one suite each)
+    run_matrix.check_matrix_file(config)
+    MATRICES = run_matrix.matrices(config)  # one, or several under `matrices:` (one suite each)
     for m in MATRICES:
         simulated = m["set"].get("clock") == "simulated"  # on the virtual cluster, every simulated algorithm runs
-        m["algorithms"] = run_config.available_algorithms(m["algorithms"], simulated)  # one line for each it skips
-        run_config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
+        m["algorithms"] = run_matrix.available_algorithms(m["algorithms"], simulated)  # one line for each it skips
+        run_matrix.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
 except run_config.ConfigError as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
@@ -62,7 +63,7 @@ for run_dir in map(Path, EARLIER):
 def sets(wildcards):
     """The run's --set options: the suite, and its matrix's overrides this algorithm and task know."""
     overrides = BY_SUITE[wildcards.suite]["overrides"]
-    items = [f"suite={wildcards.suite}", *run_config.overrides_for(wildcards.algorithm, wildcards.task, overrides)]
+    items = [f"suite={wildcards.suite}", *run_matrix.overrides_for(wildcards.algorithm, wildcards.task, overrides)]
     return " ".join(f"--set {shlex.quote(item)}" for item in items)  # a source's text may hold any character
 
 

@@ -21,7 +21,7 @@ asked to predict what the real runs of the embedded default (digits, 2 nodes x 2
    U + 1 busy processes where the measured batch had one.
 
 It writes ``calibration.csv`` (one row per algorithm and seed, with its ``role``: ``fit`` for the
-algorithms the model was chosen on, ``test`` for the others, ``FITTED`` and ``TESTED``),
+algorithms the model was chosen on, ``test`` for the others: each class's ``calibration``),
 ``calibration.json`` (the measured link and batch time: the cells every prediction is fitted to) and
 ``calibration.png`` (predicted against measured, with the 25 % band), and prints the error per
 algorithm and the geometric mean of the test algorithms' |error|, as ``tools.validate`` does. ``analysis/report.py`` shows them where present. The parameter-server
@@ -51,25 +51,21 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
+import algorithms
 from analysis import artefacts
 from analysis.overview import calibration_summary
-from benchmarks import config, naming, run, tasks
+from benchmarks import matrix, naming, run, tasks
 from benchmarks.virtual import network
 
 ROOT = Path(__file__).resolve().parents[1]
 RANKS, NODES, PPN = 4, 2, 2
 SIZES = [2**k for k in range(6, 21, 2)]  # float32 elements: 256 B to 4 MB
-# The algorithms whose cells the time model was chosen on, ``fit`` in calibration.csv: ``sync_s``,
-# gloo's skipped empty segments (against the synchronous family's +17 %) and LAP/LPP-SGD's updater
-# speed-up were each adopted after seeing these algorithms' errors on this machine (the history is
-# the commit log's). Their cells are shown, not scored.
-FITTED = [
-    *("ddp", "allreduce", "local_sgd", "post_local_sgd", "dpsgd", "sgp", "daso", "wagma", "adpsgd"),
-    *("lap_sgd", "lpp_sgd"),
-]
-# Calibrated first after those choices, so ``test``: the model's out-of-sample cells on this machine.
-# A model change chosen on one of them moves it to FITTED (tools/validate.py's rule).
-TESTED = ["horovod", "powersgd", "diloco"]
+# Each algorithm says its role (``Algorithm.calibration``): ``fit`` where a choice of the time model
+# (``sync_s``, gloo's skipped empty segments, LAP/LPP-SGD's updater speed-up) was made seeing its
+# cells, which are then shown, not scored; ``test`` where none was, its cells out of sample. A model
+# change chosen on a ``test`` algorithm makes it ``fit`` (tools/validate.py's rule).
+FITTED = [name for name in algorithms.names() if algorithms.get(name).calibration == "fit"]
+TESTED = [name for name in algorithms.names() if algorithms.get(name).calibration == "test"]
 PREDICTED = [*FITTED, *TESTED]
 
 
@@ -194,12 +190,12 @@ def measure_batch(epochs: tuple[int, int] = (2, 8), ranks: int = RANKS) -> float
 
 def embedded_sets(algorithm: str) -> list[str]:
     """The ``--set`` items the embedded default (config/config.yaml) gives ``algorithm``'s runs."""
-    (matrix,) = [
+    (embedded,) = [
         m
-        for m in config.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+        for m in matrix.matrices(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
         if m["suite"] == "embedded"
     ]
-    return config.overrides_for(algorithm, "digits", matrix["overrides"])
+    return matrix.overrides_for(algorithm, "digits", embedded["overrides"])
 
 
 def updater_speedup(algorithm: str) -> list[str]:

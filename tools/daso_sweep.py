@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from benchmarks import config
+from benchmarks import matrix
 from benchmarks.naming import SUMMARY
 from benchmarks.virtual import network
 
@@ -84,7 +84,7 @@ def run(algorithm: str, nodes: int, net_file: Path, out: Path) -> float:
         items = [f"{key}={json.dumps(value) if isinstance(value, bool) else value}" for key, value in sets.items()]
         cmd = [sys.executable, "-m", "benchmarks.run", "--algorithm", algorithm, "--task", task]
         cmd += ["--nodes", str(nodes), "--procs-per-node", str(per_node), "--seed", "0", "--out", str(out)]
-        for item in config.overrides_for(algorithm, task, items):  # each knob to the algorithm that has it
+        for item in matrix.overrides_for(algorithm, task, items):  # each knob to the algorithm that has it
             cmd += ["--set", item]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return float(json.loads(summary.read_text())["wall_s"])

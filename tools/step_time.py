@@ -37,7 +37,7 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:  # checks every key before a run starts; writes nothing
         cfg = config.resolve("allreduce", task, 1, 1, 0, Path(tmp) / "run", sets)
     times = [step_seconds("allreduce", task, 1, 1, epochs, sets)[1] for _ in range(repeats)]
-    threads = cfg.settings["threads"] or "all cores'"
+    threads = cfg.settings.threads or "all cores'"
     source = (
         f"measured by python -m tools.step_time on {platform.node()}, {datetime.date.today().isoformat()}: "
         f"the runner's step of {task} at batch {cfg.hparams['batch_size']}, {threads} threads, median of {repeats}"

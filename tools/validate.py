@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 import algorithms
 from analysis import artefacts
-from benchmarks import config, naming, netns, run
+from benchmarks import config, matrix, naming, netns, run
 from benchmarks.validation_cases import (  # noqa: F401 - the case file's API, used here and by the tests
     CASES,
     EMULATED,
@@ -168,7 +168,7 @@ def run_argv(spec: dict, out: Path, extra: dict | None = None) -> list[str]:
     argv += ["--procs-per-node", str(spec["procs_per_node"]), "--seed", str(spec.get("seed", 0))]
     argv += ["--out", str(out), "--keep-finished", "--set", "wandb=false", "--set", "checkpoint_every=0"]
     items = [f"{k}={v}" for k, v in {**spec.get("set", {}), **(extra or {})}.items()]
-    for item in config.overrides_for(spec["algorithm"], spec["task"], items):
+    for item in matrix.overrides_for(spec["algorithm"], spec["task"], items):
         argv += ["--set", item]
     return argv
 

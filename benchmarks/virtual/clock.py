@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 from algorithms import comm
-from algorithms.horovod import HorovodModel
 from benchmarks.stragglers import MACHINE_CV, GammaTimes
 
 if TYPE_CHECKING:
@@ -125,7 +124,7 @@ class VirtualClock:
         total = sum(p.numel() for p in module.parameters() if p.requires_grad)
         cap, clock = module.bucket_bytes_cap, self
         state = {"done": 0, "pending": []}
-        horovod = isinstance(module, HorovodModel)  # Horovod's messages: its type, its averaging
+        horovod = getattr(module, "sums_then_averages", False)  # Horovod's messages: its type, its averaging
         dtype = module.message_dtype if horovod else None
 
         def hook(group, bucket):  # no annotations: DDP checks them, and this module's are strings

@@ -427,14 +427,14 @@ def dana_sim_sets(algorithm: str) -> list[str]:
     """The ``--set`` items config/dana-sim.yaml gives ``algorithm``'s runs, as the Snakefile builds them."""
     import yaml
 
-    from benchmarks import config
+    from benchmarks import matrix
 
     (m,) = [
         m
-        for m in config.matrices(yaml.safe_load((ROOT / "config/dana-sim.yaml").read_text()))
+        for m in matrix.matrices(yaml.safe_load((ROOT / "config/dana-sim.yaml").read_text()))
         if m["suite"] == "dana-sim"
     ]
-    items = config.overrides_for(algorithm, "digits", m["overrides"])
+    items = matrix.overrides_for(algorithm, "digits", m["overrides"])
     return [arg for item in items for arg in ("--set", item)]
 
 

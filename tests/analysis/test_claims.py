@@ -13,7 +13,7 @@ import yaml
 
 import algorithms
 from analysis import claims, intervals
-from benchmarks import config
+from benchmarks import config, matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRES = {"nodes": 64, "procs_per_node": 1, "clock": "simulated", "straggler_delay_ms": 320}
@@ -288,13 +288,13 @@ def test_the_claims_config_builds_every_simulated_claims_conditions_and_its_netw
     for paper in ("daso", "wagma", "dana", "lpp_sgd"):
         assert sum(c.paper == paper for c in loaded) >= 3, paper
     built = []
-    for m in config.matrices(yaml.safe_load((ROOT / "config/claims.yaml").read_text())):
+    for m in matrix.matrices(yaml.safe_load((ROOT / "config/claims.yaml").read_text())):
         for algorithm in m["algorithms"]:
             for task in m["tasks"]:
                 for nodes in m["nodes"]:
-                    sets = config.overrides_for(algorithm, task, m["overrides"])
+                    sets = matrix.overrides_for(algorithm, task, m["overrides"])
                     cfg = config.resolve(algorithm, task, nodes, m["procs_per_node"], 0, Path("x"), sets)
-                    merged = {**cfg.algorithm_params, **cfg.hparams, **cfg.settings}
+                    merged = {**cfg.algorithm_params, **cfg.hparams, **cfg.settings.to_json()}
                     built.append(
                         (algorithm, {**merged, "task": task, "nodes": nodes, "procs_per_node": m["procs_per_node"]})
                     )

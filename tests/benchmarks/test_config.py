@@ -15,7 +15,7 @@ import torch
 
 import algorithms
 from algorithms.topology import Topology
-from benchmarks import config, rundir
+from benchmarks import config, matrix, rundir
 from benchmarks.schedule import LRSchedule, make_optimizer
 
 
@@ -47,7 +47,7 @@ def test_set_reaches_task_algorithm_and_run_settings_with_types():
     )
     assert cfg.hparams["nesterov"] is True
     assert cfg.algorithm_params["bucket_cap_mb"] == 4.0 and isinstance(cfg.algorithm_params["bucket_cap_mb"], float)
-    assert cfg.settings["wandb"] is False and cfg.settings["data_root"] == "/some/where"
+    assert cfg.settings.wandb is False and cfg.settings.data_root == "/some/where"
     assert cfg.run_id == "digits__ddp__n2x2__s3" and cfg.world_size == 4
 
 
@@ -71,14 +71,14 @@ def test_bad_overrides_name_the_fix(item, message):
 
 def test_yaml_value_round_trips_through_set():
     for value in (0.1, 3, True, "cosine", [80, 120], None):
-        text = config.yaml_value(value)
+        text = matrix.yaml_value(value)
         assert config.coerce("k", text, type(value) if value is not None else str | None) == value
 
 
 def test_check_matrix_rejects_a_key_no_run_knows():
-    config.check_matrix(["ddp", "allreduce"], ["digits"], [1, 2], 2, ["bucket_cap_mb=10", "lr=0.1"])
+    matrix.check_matrix(["ddp", "allreduce"], ["digits"], [1, 2], 2, ["bucket_cap_mb=10", "lr=0.1"])
     with pytest.raises(config.ConfigError, match="unknown key"):
-        config.check_matrix(["ddp"], ["digits"], [1], 2, ["no_such_knob=1"])
+        matrix.check_matrix(["ddp"], ["digits"], [1], 2, ["no_such_knob=1"])
 
 
 def test_a_setting_the_runs_clock_ignores_is_refused_naming_the_clock_it_needs(tmp_path):
@@ -109,37 +109,37 @@ def _two_clocks(top: dict[str, object], wall: dict[str, object], simulated: dict
 
 
 def _check(m: dict[str, object]) -> None:
-    config.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
+    matrix.check_matrix(m["algorithms"], m["tasks"], m["nodes"], m["procs_per_node"], m["overrides"])
 
 
 def test_a_matrix_wide_default_that_a_matrixs_clock_ignores_is_left_out_of_its_runs():
     """The top-level ``set`` is every matrix's default: each matrix's runs get the keys their clock reads."""
     top = {"sim_network": "piz_daint", "collective_timeout_s": 120.0, "epochs": 3}
-    wall, sim = config.matrices(_two_clocks(top, {}, {}))
+    wall, sim = matrix.matrices(_two_clocks(top, {}, {}))
     assert set(wall["overrides"]) == {"collective_timeout_s=120.0", "epochs=3"}
     assert set(sim["overrides"]) == {"sim_network=piz_daint", "epochs=3", "clock=simulated"}
     assert "sim_network" not in wall["set"] and "collective_timeout_s" not in sim["set"]
     for m in (wall, sim):
         _check(m)
     # a matrix that gives the key itself is refused as a run would be
-    wall, _ = config.matrices(_two_clocks(top, {"sim_network": "juwels_booster"}, {}))
+    wall, _ = matrix.matrices(_two_clocks(top, {"sim_network": "juwels_booster"}, {}))
     with pytest.raises(config.ConfigError, match="sim_network: applies only to clock=simulated"):
         _check(wall)
 
 
 def test_a_matrixs_own_key_that_its_clock_ignores_is_refused_before_the_workflow_starts():
-    _, sim = config.matrices(_two_clocks({}, {}, {"collective_timeout_s": 60}))
+    _, sim = matrix.matrices(_two_clocks({}, {}, {"collective_timeout_s": 60}))
     with pytest.raises(config.ConfigError, match="collective_timeout_s: applies only to clock=wall"):
         _check(sim)
     # a config's only matrix: its ``set`` is its own
-    (only,) = config.matrices({**_two_clocks({"sim_step_ms": 5}, {}, {}), "matrices": None})
+    (only,) = matrix.matrices({**_two_clocks({"sim_step_ms": 5}, {}, {}), "matrices": None})
     with pytest.raises(config.ConfigError, match="sim_step_ms: applies only to clock=simulated"):
         _check(only)
     # a top-level key that no matrix's clock reads
     both_wall = _two_clocks({"sim_step_ms": 5}, {}, {})
     both_wall["matrices"][1]["set"] = {}
     with pytest.raises(config.ConfigError, match=r"sim_step_ms \(clock=simulated only\) at the top level"):
-        config.matrices(both_wall)
+        matrix.matrices(both_wall)
 
 
 def test_env_json_records_every_library_installed_whether_the_run_imported_it_or_not(monkeypatch):
@@ -308,7 +308,7 @@ def test_dana_sim_matrix_gives_the_synchronous_reference_the_large_batch_lr(tmp_
     import yaml
 
     root = Path(__file__).resolve().parents[2]
-    matrices = config.matrices(yaml.safe_load((root / "config/dana-sim.yaml").read_text()))
+    matrices = matrix.matrices(yaml.safe_load((root / "config/dana-sim.yaml").read_text()))
     (m,) = [m for m in matrices if m["suite"] == "dana-sim"]
     workers = nodes * m["procs_per_node"]
     assert "allreduce" in m["algorithms"] and len(m["algorithms"]) > 1
@@ -320,7 +320,7 @@ def test_dana_sim_matrix_gives_the_synchronous_reference_the_large_batch_lr(tmp_
             m["procs_per_node"],
             0,
             tmp_path,
-            config.overrides_for(algorithm, "digits", m["overrides"]),
+            matrix.overrides_for(algorithm, "digits", m["overrides"]),
         )
         expected = 0.02 * workers if algorithm == "allreduce" else 0.02
         assert cfg.hparams["lr"] == pytest.approx(expected), algorithm
@@ -359,18 +359,18 @@ def test_every_config_resolves_every_run(name):
     root = Path(__file__).resolve().parents[2]
     loaded = yaml.safe_load((root / "config" / name).read_text())
     validate(loaded, schema=str(root / "config" / "schema.yaml"))  # as the Snakefile does: suite names and all
-    matrices = config.matrices(loaded)
+    matrices = matrix.matrices(loaded)
     for m in matrices:
-        for algorithm in config.available_algorithms(m["algorithms"]):
+        for algorithm in matrix.available_algorithms(m["algorithms"]):
             for task in m["tasks"]:
-                sets = config.overrides_for(algorithm, task, m["overrides"])
+                sets = matrix.overrides_for(algorithm, task, m["overrides"])
                 for nodes in m["nodes"]:
                     config.resolve(algorithm, task, nodes, m["procs_per_node"], 0, Path("x"), sets, check_data=False)
 
 
 def test_a_matrix_files_mistakes_read_as_one_line_with_the_fix():
     base = {"suite": "t", "algorithms": ["ddp"], "tasks": ["digits"], "nodes": [1], "procs_per_node": 2, "seeds": [0]}
-    config.check_matrix_file(base)  # a good one passes
+    matrix.check_matrix_file(base)  # a good one passes
     cases = {
         "unknown key 'seed' (did you mean 'seeds'?)": {**{k: v for k, v in base.items() if k != "seeds"}, "seed": [0]},
         "tasks must be a list, e.g. [a, b], got 'mnist1d_large'": {**base, "tasks": "mnist1d_large"},
@@ -379,9 +379,9 @@ def test_a_matrix_files_mistakes_read_as_one_line_with_the_fix():
             "matrices": [{"suite": "a", "node": [2]}],
         },
     }
-    for expected, matrix in cases.items():
+    for expected, given in cases.items():
         with pytest.raises(config.ConfigError) as error:
-            config.check_matrix_file(matrix)
+            matrix.check_matrix_file(given)
         message = str(error.value)
         assert expected in message and "\n" not in message and "properties" not in message, message
 

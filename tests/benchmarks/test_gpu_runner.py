@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 import algorithms.ddp
 from algorithms.base import Plan
 from algorithms.topology import Topology
-from benchmarks import checkpoint, clock, launcher, tasks
+from benchmarks import checkpoint, clock, devices, launcher, spawn, tasks
 from benchmarks.stragglers import Stragglers
 
 
@@ -33,10 +33,10 @@ def gpus(monkeypatch):
 
 def test_two_virtual_nodes_on_one_machine_take_four_distinct_gpus(gpus):
     # The local launcher's 2 nodes x 2 processes: LOCAL_RANK is 0, 1, 0, 1 (the rank in its virtual node).
-    launches = [launcher.detect(launcher.rank_environment(rank, 2, 2, port=29999, threads=1)) for rank in range(4)]
+    launches = [launcher.detect(spawn.rank_environment(rank, 2, 2, port=29999, threads=1)) for rank in range(4)]
     assert [launch.launcher for launch in launches] == ["local"] * 4
-    devices = [launcher.pick_device("auto", launch.local_rank) for launch in launches]
-    assert [d.index for d in devices] == [0, 1, 2, 3] and gpus == [0, 1, 2, 3]
+    picked = [devices.pick_device("auto", launch.local_rank) for launch in launches]
+    assert [d.index for d in picked] == [0, 1, 2, 3] and gpus == [0, 1, 2, 3]
     assert {launch.local_size for launch in launches} == {4}  # all four share this machine's CPUs
 
 
@@ -54,7 +54,7 @@ def test_srun_ranks_take_the_gpu_of_their_local_id(gpus):
         }
         launch = launcher.detect(env)
         assert (launch.launcher, launch.rank, launch.local_rank, launch.local_size) == ("srun", rank, rank - 4, 4)
-        assert launcher.pick_device("cuda", launch.local_rank).index == (rank - 4) % 4
+        assert devices.pick_device("cuda", launch.local_rank).index == (rank - 4) % 4
     assert gpus == [0, 1, 2, 3]
 
 

@@ -1,6 +1,6 @@
 """The LPP-SGD paper's matrix (config/lpp.yaml) resolves to the paper's settings, run by run.
 
-Every run is resolved as the workflow resolves it (``benchmarks.config.matrices``, then each run's
+Every run is resolved as the workflow resolves it (``benchmarks.matrix.matrices``, then each run's
 ``overrides_for`` and ``resolve``), and checked against numbers read by hand from the paper
 (arXiv:2203.06638) and its code (github.com/bapi/LPP-SGD): the K = 1 phase ends at T/2 for post-local
 SGD as for LAP/LPP-SGD (Sec. 3, Synchronization Frequency Scheme; Table 1's caption), ImageNet runs
@@ -21,6 +21,7 @@ import yaml
 import algorithms
 from algorithms.topology import Topology
 from benchmarks import config as run_config
+from benchmarks import matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = {"lap_sgd", "lpp_sgd", "ddp", "allreduce", "post_local_sgd"}
@@ -42,10 +43,10 @@ TRAIN_IMAGES = {"cifar": 50_000, "imagenet": 1_281_167}
 def _runs() -> list[run_config.RunConfig]:
     """Every run of config/lpp.yaml at seed 0, resolved as the Snakefile does (``check_data`` off)."""
     runs = []
-    for m in run_config.matrices(yaml.safe_load((ROOT / "config/lpp.yaml").read_text())):
-        for algorithm in run_config.available_algorithms(m["algorithms"]):
+    for m in matrix.matrices(yaml.safe_load((ROOT / "config/lpp.yaml").read_text())):
+        for algorithm in matrix.available_algorithms(m["algorithms"]):
             for task in m["tasks"]:
-                sets = [f"suite={m['suite']}", *run_config.overrides_for(algorithm, task, m["overrides"])]
+                sets = [f"suite={m['suite']}", *matrix.overrides_for(algorithm, task, m["overrides"])]
                 runs += [
                     run_config.resolve(
                         algorithm, task, n, m["procs_per_node"], 0, Path("unused"), sets, check_data=False

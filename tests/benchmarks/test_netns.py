@@ -137,7 +137,7 @@ RANKS = """
 import fcntl, json, socket, struct, sys
 import torch
 import torch.distributed as dist
-from benchmarks import launcher, netns
+from benchmarks import launcher, netns, spawn
 
 out, per_node = sys.argv[1], 2
 
@@ -165,7 +165,7 @@ def rank(argv):
     return 0
 
 with netns.emulated(2, 400.0) as net:
-    code, reason = launcher.spawn_local(rank, list(net.namespaces), 2, per_node, 1, network=net)
+    code, reason = spawn.spawn_local(rank, list(net.namespaces), 2, per_node, 1, network=net)
     sent = [netns.tx_bytes(n) for n in net.namespaces]
     print(json.dumps({"code": code, "reason": reason, "addresses": net.addresses, "sent": sent}))
 """

@@ -13,7 +13,7 @@ import yaml
 import algorithms
 from algorithms.daso import DASO
 from algorithms.topology import Topology
-from benchmarks import config, netns
+from benchmarks import matrix, netns
 from tools import validate
 
 OK, WHY = netns.available()
@@ -49,7 +49,7 @@ def test_the_published_numbers_are_the_papers_own():
 
 def test_the_daso_table2_runs_hold_b_and_s_and_each_of_their_knobs_reaches_daso():
     """Table 2's runs are DASO's own with ``fixed_cycle`` and the phases off; a knob DASO did not
-    know would be dropped from the run without a word (``config.overrides_for``), so none may be."""
+    know would be dropped from the run without a word (``matrix.overrides_for``), so none may be."""
     cases, _ = validate.load()
     t2 = [c for c in cases if c["case"].startswith("daso-t2-")]
     knobs = algorithms.params("daso")
@@ -60,7 +60,7 @@ def test_the_daso_table2_runs_hold_b_and_s_and_each_of_their_knobs_reaches_daso(
             settings["fixed_cycle"] is True and settings["sync_warmup_epochs"] == settings["sync_cooldown_epochs"] == 0
         )
         items = [f"{k}={v}" for k, v in settings.items()]
-        assert config.overrides_for("daso", run["task"], items) == items, c["case"]
+        assert matrix.overrides_for("daso", run["task"], items) == items, c["case"]
         algo = DASO(
             Topology(0, nodes=run["nodes"], procs_per_node=1), **{k: v for k, v in settings.items() if k in knobs}
         )

@@ -19,8 +19,7 @@ import pytest
 import yaml
 
 import algorithms
-from benchmarks import config as run_config
-from benchmarks import launcher
+from benchmarks import launcher, matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "profiles"))
@@ -71,9 +70,9 @@ def test_slurm_profile_resolves_from_the_root_and_runs_ranks_with_srun(tmp_path)
     work = _workdir(tmp_path)
     result = _snakemake(work, "-n", "-p", "--profile", "slurm", "--configfile", "config/ci-slurm.yaml")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    matrix = yaml.safe_load((ROOT / "config/ci-slurm.yaml").read_text())
+    ci = yaml.safe_load((ROOT / "config/ci-slurm.yaml").read_text())
     runs = sbatch_preview.parse_dry_run(result.stdout)
-    assert set(runs) == {f"digits__{a}__n1x2__s0" for a in matrix["algorithms"]}
+    assert set(runs) == {f"digits__{a}__n1x2__s0" for a in ci["algorithms"]}
     for run_id, resources in runs.items():
         assert (resources["nodes"], resources["tasks_per_node"], resources["mpi"], resources["launcher"]) == (
             1,
@@ -106,7 +105,7 @@ def test_paper_matrix_dry_runs_under_the_juwels_profile(tmp_path, paper):
     commands = _shell_commands(result.stdout)
     assert set(commands) == set(runs)
     expected = {}
-    for m in run_config.matrices(yaml.safe_load((ROOT / "config" / paper).read_text())):
+    for m in matrix.matrices(yaml.safe_load((ROOT / "config" / paper).read_text())):
         names = [a for a in m["algorithms"] if algorithms.get(a).unavailable() is None]
         simulated = m["set"].get("clock") == "simulated"
         for t in m["tasks"]:
