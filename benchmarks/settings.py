@@ -50,13 +50,6 @@ class Settings:
         """config.json's ``settings``: every setting by name, in the order above."""
         return dataclasses.asdict(self)
 
-    def __getitem__(self, key: str) -> object:
-        """``settings["sim_network"]``: the reading ``benchmarks/virtual/`` (clock, job) still does; an
-        unknown name is a ``KeyError``, as the dict's was."""
-        if key not in SETTINGS:
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 # The schema ``--set`` parses against: name -> (type, default), from the fields above.
 SETTINGS: dict[str, tuple[object, object]] = {f.name: (f.type, f.default) for f in dataclasses.fields(Settings)}

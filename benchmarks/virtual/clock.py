@@ -59,21 +59,21 @@ class VirtualClock:
     def __init__(self, cluster: Cluster, rank: int, cfg) -> None:
         s = cfg.settings
         self.scheduler, self.rank = cluster.scheduler, rank
-        self.step_ms = s["sim_step_ms"]  # kept as given: env.json reports the setting, not a round trip through seconds
+        self.step_ms = s.sim_step_ms  # kept as given: env.json reports the setting, not a round trip through seconds
         self.step_s = self.step_ms / 1000.0
-        self.step_source = s["sim_step_source"]
+        self.step_source = s.sim_step_source
         self.times = (
-            GammaTimes(s["straggler"], cfg.world_size, self.step_s, cfg.seed) if s["straggler"] in MACHINE_CV else None
+            GammaTimes(s.straggler, cfg.world_size, self.step_s, cfg.seed) if s.straggler in MACHINE_CV else None
         )
         # Machine noise: each batch's time varies by ``sim_step_cv`` around the mean (a gamma law, this
         # rank's own stream). A deterministic clock ties every rank to the nanosecond, which no machine
         # does, and a tie can change what a protocol does (every rank of a WAGMA round activates it).
-        self.step_cv = s["sim_step_cv"]
+        self.step_cv = s.sim_step_cv
         self.noise = np.random.default_rng([cfg.seed, rank, 0x5717]) if self.step_cv > 0 else None
         self.network, self.cluster = cluster.network, cluster
         self.actor = cluster.scheduler.actors[rank]  # the rank's main thread
-        self.model_mb = s["sim_model_mb"]
-        self.updater_speedup = s["sim_updater_speedup"]
+        self.model_mb = s.sim_model_mb
+        self.updater_speedup = s.sim_updater_speedup
         self._batch_s: float | None = None  # this batch's compute time, once drawn
         self._charged_s = 0.0  # the part of it charged so far
 

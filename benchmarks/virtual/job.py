@@ -115,7 +115,7 @@ def init_process_group(rank: int, cluster: Cluster) -> None:
 def run_job(cfg, train: Callable) -> int:
     """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
     return the job's exit code (the first failing rank's, else 0)."""
-    network = networks.load(cfg.settings["sim_network"], cfg.settings["sim_inter_speed"])
+    network = networks.load(cfg.settings.sim_network, cfg.settings.sim_inter_speed)
     if note := network.spans_cells(cfg.world_size // cfg.procs_per_node):
         print(f"virtual cluster: {note}", file=sys.stderr, flush=True)
 
