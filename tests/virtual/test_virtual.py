@@ -521,7 +521,8 @@ def _clock_config(world_size: int, **settings) -> SimpleNamespace:
         "straggler": "none",
         "sim_model_mb": 0.0,
     }
-    return SimpleNamespace(settings={**defaults, "sim_updater_speedup": 1.0, **settings}, world_size=world_size, seed=0)
+    chosen = {**defaults, "sim_updater_speedup": 1.0, **settings}
+    return SimpleNamespace(settings=SimpleNamespace(**chosen), world_size=world_size, seed=0)
 
 
 def test_machine_noise_varies_each_batch_by_its_cv_from_each_ranks_own_stream():
