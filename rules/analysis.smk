@@ -5,7 +5,9 @@
 def table_path(name):
     """Where a table of the registry (analysis/artefacts.py), or a paper's file, lies."""
     path = artefacts.files([name])[name]
-    return str(Path(path).relative_to(workflow.basedir)) if Path(path).is_absolute() else f"results/{path}"
+    # a source is relative to the repository its package lies in (the workflow's folder may link to it)
+    root = artefacts.PAPERS_DIR.parents[1]
+    return str(Path(path).relative_to(root)) if Path(path).is_absolute() else f"results/{path}"
 
 
 rule aggregate:
