@@ -150,6 +150,8 @@ class Algorithm(abc.ABC):
     # on the virtual cluster's ranks: benchmarks/virtual/), "arrivals" (the parameter server's
     # arrival-order model: benchmarks/simulator.py), or None (not yet simulated).
     simulator: ClassVar[str | None] = None
+    # The straggler models (benchmarks/stragglers.py) its simulator can draw a batch's time from.
+    simulated_stragglers: ClassVar[tuple[str, ...]] = ("none", "fixed", "slow", "gamma", "gamma_het")
     # How it communicates, for the validation's ratio errors by family: "all-reduce", "point-to-point"
     # (gossip and butterflies of sends), "periodic averaging", "hierarchical" (node-local, then
     # global), "parameter server" or "shared memory".

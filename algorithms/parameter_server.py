@@ -127,6 +127,7 @@ class ParameterServer(LoopAlgorithm):
     averages_workers = False  # each worker's gradient is one update: the lr stays the single worker's
     family = "parameter server"
     simulator = "arrivals"  # the asynchronous workers' arrival order (benchmarks/simulator.py)
+    simulated_stragglers = ("none", "gamma", "gamma_het")  # DANA's execution-time models: one time a batch
     columns = ("gap", "lag", "idle_s", "max_share")
     simulated_columns = ("gap", "lag", "sim_compute_s")  # its metrics.csv columns under the simulator
     # A worker's batch and its gradient: the simulator's logical workers compute theirs with the same.

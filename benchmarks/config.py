@@ -352,8 +352,9 @@ def _check_simulated(config: RunConfig) -> None:
             f"--set clock=simulated: algorithm {config.algorithm!r} has no simulator; "
             f"simulated algorithms: {', '.join(simulated)}"
         )
-    if s.straggler in ("fixed", "slow") and algorithms.get(config.algorithm).simulator == "arrivals":
-        raise ConfigError("--set clock=simulated: the parameter server's straggler must be none, gamma or gamma_het")
+    kinds = algorithms.get(config.algorithm).simulated_stragglers
+    if s.straggler not in kinds:
+        raise ConfigError(f"--set clock=simulated: {config.algorithm}'s straggler must be one of {', '.join(kinds)}")
     if s.sim_model_mb < 0:
         raise ConfigError(f"--set sim_model_mb: must be >= 0 (0: the task's own model), got {s.sim_model_mb}")
     if s.sim_updater_speedup <= 0:

@@ -59,6 +59,11 @@ class Launch:
     local_size: int = 1
 
 
+def virtual(rank: int, world_size: int) -> Launch:
+    """A rank of the virtual cluster: a thread of this process, with no address of its own."""
+    return Launch(rank, world_size, "virtual", "", 0, None, local_rank=0, local_size=1)
+
+
 def detect(env: Mapping[str, str] | None = None) -> Launch | None:
     """The launch this process belongs to (read from ``env``, default ``os.environ``), or ``None``
     when it was started plainly."""

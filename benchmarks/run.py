@@ -343,7 +343,7 @@ def finish(cfg: RunConfig, run: Training, record: Recorder, status: str, fields:
 
 
 # By the class's ``simulator``: this runner's ranks as threads on the virtual cluster, or a PS's arrival order.
-SIMULATORS = {"virtual": lambda cfg: job.run_job(cfg, train), "arrivals": simulator.simulate}
+SIMULATORS = {"virtual": lambda cfg: job.run_job(cfg, train, launcher.virtual), "arrivals": simulator.simulate}
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from algorithms import comm
-from benchmarks.launcher import Launch
 from benchmarks.virtual import group
 from benchmarks.virtual import network as networks
 from benchmarks.virtual.clock import Counters, VirtualClock
@@ -112,16 +111,16 @@ def init_process_group(rank: int, cluster: Cluster) -> None:
     dist.init_process_group(BACKEND, rank=rank, world_size=cluster.world_size, store=dist.HashStore())
 
 
-def run_job(cfg, train: Callable) -> int:
-    """Run ``train(cfg, launch, clock)`` (the runner's) on every rank of ``cfg``'s virtual cluster;
-    return the job's exit code (the first failing rank's, else 0)."""
+def run_job(cfg, train: Callable, launch_of: Callable) -> int:
+    """Run ``train(cfg, launch_of(rank, world_size), clock)`` (the runner's) on every rank of ``cfg``'s
+    virtual cluster; return the job's exit code (the first failing rank's, else 0). The runner says
+    what a rank's launch is: the engine knows no launcher."""
     network = networks.load(cfg.settings.sim_network, cfg.settings.sim_inter_speed)
     if note := network.spans_cells(cfg.world_size // cfg.procs_per_node):
         print(f"virtual cluster: {note}", file=sys.stderr, flush=True)
 
     def rank_main(rank: int, cluster: Cluster) -> int:
-        launch = Launch(rank, cfg.world_size, "virtual", "", 0, None, local_rank=0, local_size=1)
-        code = train(cfg, launch, VirtualClock(cluster, rank, cfg))
+        code = train(cfg, launch_of(rank, cfg.world_size), VirtualClock(cluster, rank, cfg))
         if dist.is_initialized():
             dist.destroy_process_group()
         return code

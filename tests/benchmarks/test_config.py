@@ -337,6 +337,16 @@ def test_stragglers_are_counted_among_the_workers_not_the_master(tmp_path):
     config.resolve("ddp", "digits", 1, 4, 0, tmp_path, ["straggler=fixed", "straggler_ranks=4"])
 
 
+def test_a_simulator_refuses_the_stragglers_it_cannot_draw(tmp_path):
+    """The parameter server's simulator draws DANA's gamma times, not a fixed delay on named ranks;
+    the virtual cluster draws both."""
+    simulated = ["clock=simulated", "straggler=fixed", "straggler_ranks=1"]
+    with pytest.raises(config.ConfigError, match="dana_slim's straggler must be one of none, gamma, gamma_het"):
+        config.resolve("dana_slim", "digits", 1, 4, 0, tmp_path, simulated)
+    config.resolve("dana_slim", "digits", 1, 4, 0, tmp_path, ["clock=simulated", "straggler=gamma"])
+    config.resolve("wagma", "digits", 1, 4, 0, tmp_path, simulated)
+
+
 def test_min_lr_is_checked_against_the_scaled_lr(tmp_path):
     """lr 0.01 x 4 workers = 0.04: a plateau floor of 0.02 is below it, hence allowed."""
     scaled = config.resolve(

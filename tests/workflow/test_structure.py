@@ -144,6 +144,35 @@ def test_no_package_imports_one_on_a_higher_floor():
     assert _upward(graph) == []
 
 
+# What the virtual cluster (the engine) may import from the runner's package besides itself: the
+# straggler models its clock draws from. Never the runner, its launcher or its loop.
+ENGINE = "benchmarks.virtual"
+ENGINE_READS = {"benchmarks", "benchmarks.stragglers"}
+
+
+def _engine_reaches(graph: dict[str, set[str]]) -> list[str]:
+    """The engine's imports of the runner's package outside itself and ``ENGINE_READS``."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module == ENGINE or module.startswith(ENGINE + ".")
+        for target in targets
+        if target.startswith("benchmarks")
+        and not (target == ENGINE or target.startswith(ENGINE + "."))
+        and target not in ENGINE_READS
+    )
+
+
+def test_the_engine_finder_finds_an_import_of_the_runner():
+    graph = {"benchmarks.virtual.job": {"benchmarks.launcher", "benchmarks.virtual.clock", "algorithms.comm"}}
+    assert _engine_reaches(graph) == ["benchmarks.virtual.job -> benchmarks.launcher"]
+
+
+def test_the_virtual_cluster_imports_neither_the_runner_nor_its_launcher():
+    """The engine runs the runner's ``train`` as it is given it; it imports none of the runner's modules."""
+    assert _engine_reaches(_graph()) == []
+
+
 def test_the_runner_reads_top_to_bottom_in_350_lines_or_fewer():
     """The training loop stays one short file: setup, the loop, the end (helpers live in their modules)."""
     lines = len((ROOT / "benchmarks" / "run.py").read_text().splitlines())
