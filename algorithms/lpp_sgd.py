@@ -3,7 +3,7 @@
 Paper: Chatterjee, Kungurtsev, Alistarh, "Scaling the Wild: Decentralizing Hogwild!-style
 Shared-memory SGD", https://arxiv.org/abs/2203.06638, Algorithm 1 (Sec. 3). The
 rank's main process is the averager a^q of Algorithm 1 (its main thread) and the feed of the U
-updaters (a second thread); the updaters and the update rules are in ``algorithms/hogwild.py``.
+updaters (a second thread); the update rules are in ``algorithms/hogwild.py``, the updaters in ``algorithms/updaters.py``.
 Both classes own their loop (``owns_loop``): the runner hands them each epoch's batches of this
 rank's shard and keeps data, evaluation, metrics and the clock.
 """
@@ -21,17 +21,9 @@ from torch import nn
 from algorithms import accelerator, comm
 from algorithms.base import Epoch, LoopAlgorithm, Plan
 from algorithms.comm import flatten
-from algorithms.hogwild import (
-    Schedule,
-    ThreadUpdaters,
-    UpdaterPool,
-    apply_average_,
-    averaging_period,
-    batch_tensors,
-    contiguous_blocks,
-    warmed_up_lr,
-)
+from algorithms.hogwild import Schedule, apply_average_, averaging_period, contiguous_blocks, warmed_up_lr
 from algorithms.topology import Topology
+from algorithms.updaters import ThreadUpdaters, UpdaterPool, batch_tensors
 
 
 class LAPSGD(LoopAlgorithm):
@@ -91,7 +83,7 @@ class LAPSGD(LoopAlgorithm):
 
     sgd_only = True  # each updater runs its own Nesterov SGD (algorithms/hogwild.py)
     family = "shared memory"
-    simulator = "virtual"  # its updaters as threads of the rank (hogwild.ThreadUpdaters)
+    simulator = "virtual"  # its updaters as threads of the rank (updaters.ThreadUpdaters)
     calibration = "fit"  # tools/calibrate.py
     short_run_knobs = {"updaters": 2}  # the digits model has no 4 blocks
     columns: tuple[str, ...] = ("rounds", "K")

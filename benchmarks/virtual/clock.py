@@ -159,7 +159,7 @@ class VirtualClock:
             self.compute(1.0)
 
     def update(self, updaters: int, sizes: list[int], span: tuple[int, int]) -> None:
-        """Charge one Hogwild update of a LAP/LPP-SGD updater thread (``hogwild.ThreadUpdaters``).
+        """Charge one Hogwild update of a LAP/LPP-SGD updater thread (``updaters.ThreadUpdaters``).
 
         The rank's U updaters share its GPU, which runs them together ``sim_updater_speedup`` times as
         fast as one process alone (1: no gain, a saturated GPU), so a full update costs a batch's
@@ -207,7 +207,7 @@ class VirtualClock:
     def wait_updates(self, threshold: int, after: int | None = None) -> None:
         """Wait until some rank's Hogwild counter reaches ``threshold`` or, with ``after``, until the
         job has made more than ``after`` updates: the virtual cluster's stand-in for the averagers'
-        busy loop, which would see nothing new before (``hogwild.ThreadUpdaters``)."""
+        busy loop, which would see nothing new before (``updaters.ThreadUpdaters``)."""
         board = self.cluster.updates
 
         def ready() -> float | None:

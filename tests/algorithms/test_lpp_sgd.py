@@ -29,17 +29,16 @@ import algorithms
 from algorithms.hogwild import (
     Schedule,
     Updater,
-    UpdaterPool,
     apply_average_,
     averaging_period,
     contiguous_blocks,
-    fill_batch,
     lr_at,
     sgd_step_,
     warmed_up_lr,
 )
 from algorithms.lpp_sgd import LAPSGD, LPPSGD
 from algorithms.topology import Topology
+from algorithms.updaters import UpdaterPool, fill_batch
 from benchmarks import config
 from benchmarks.config import ConfigError
 from benchmarks.stragglers import Stragglers
