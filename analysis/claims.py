@@ -32,7 +32,9 @@ The verdicts, the rule that ``claims.yaml``'s header and the README state:
   or more without the above;
 - *no effect*: the whole interval inside ``[1/NO_EFFECT, NO_EFFECT]`` (2 %), however it lies;
 - *does not hold*: the interval on the other side of 1 (an ordering in at most 20 % of the seeds);
-- *inconclusive*: the interval straddles 1, or fewer than ``MIN_SEEDS`` seeds;
+- *inconclusive*: the interval straddles 1, or fewer than ``MIN_SEEDS`` seeds; a deterministic run
+  (no noise, no stragglers: the simulated DASO pair) repeats to the last digit, so
+  ``DETERMINISTIC_SEEDS`` seeds that agree exactly are its one value, shown without an interval;
 - *not measured*: no run under the claim's conditions.
 
 "Up to X" (``up_to``) is compared with the best node count the claim covers, never pinned on one.
@@ -59,6 +61,7 @@ from benchmarks import validation_cases
 CLAIMS = PAPERS_DIR / "claims.yaml"
 VALIDATION = validation_cases.CASES  # the one record of which published numbers chose a model input
 MIN_SEEDS = 5
+DETERMINISTIC_SEEDS = 2  # seeds that give the same value to the last digit: a deterministic run, one value
 TOLERANCE = 1.10  # the paper's ratio is reproduced within [low / 1.10, high x 1.10]
 NO_EFFECT = 1.02  # no effect: the interval within [1 / 1.02, 1.02]
 HALF_GAP = 0.5  # an ordering is reproduced at half the paper's gap or more
@@ -73,7 +76,7 @@ RULE = (
     f"{(TOLERANCE - 1) * 100:.0f} % each way (an ordering: in every seed, with a gap between half and "
     f"twice the paper's, and each algorithm the paper shows trained at the task's target); direction only: the paper's side, not its size; no effect: the interval within "
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
-    f"interval holds 1, or under {MIN_SEEDS} seeds; calibrated: a model input was chosen on the paper's "
+    f"interval holds 1, or under {MIN_SEEDS} seeds (a deterministic run: {DETERMINISTIC_SEEDS} that agree exactly); calibrated: a model input was chosen on the paper's "
     f"number, so the value is shown and is no reproduction; not testable: simulated, and no test "
     f"measurement validates the speed-up of its pair on its network (the row says what the baseline "
     f"would have to cost for the paper's number)"
@@ -358,12 +361,15 @@ def _measure(claim: Claim, seeds: pd.DataFrame) -> dict[str, object]:
                 f"; but {', '.join(short)} (median) under the task's target {target:.2f}, where the paper's "
                 "trained to near its single-worker accuracy"
             )
-    if len(values) < MIN_SEEDS:
-        verdict, why = INCONCLUSIVE, f"{len(values)} seeds; a verdict needs {MIN_SEEDS}"
-    elif len(set(values)) == 1:  # a deterministic run (no noise, no stragglers): one value, no interval
+    # A deterministic run (no noise, no stragglers) repeats to the last digit: DETERMINISTIC_SEEDS that
+    # agree exactly are its one value; seeds that differ by any amount need MIN_SEEDS for an interval.
+    deterministic = len(values) >= DETERMINISTIC_SEEDS and len(set(values)) == 1
+    if len(values) < MIN_SEEDS and not deterministic:
+        verdict, why = INCONCLUSIVE, f"{len(values)} seeds; a verdict needs {MIN_SEEDS}, or {DETERMINISTIC_SEEDS} that agree"
+    elif deterministic:
         out["coverage"] = None
-        why += f"; every seed gives {values[0]:.4g}: a deterministic run, one value and no interval"
-    return {**out, "verdict": verdict, "why": why}
+        why += f"; every seed ({len(values)}) gives {values[0]:.4g}: a deterministic run, one value and no interval"
+    return {**out, "verdict": verdict, "why": why, "enough": len(values) >= MIN_SEEDS or deterministic}
 
 
 def measure(claim: Claim, runs: pd.DataFrame, requires: dict[str, object] | None = None) -> dict[str, object]:
@@ -379,7 +385,7 @@ def measure(claim: Claim, runs: pd.DataFrame, requires: dict[str, object] | None
             why = f"{unfinished} runs under its conditions did not finish; run {claim.experiment}"
         return {**empty, "clock": "", "unfinished": unfinished, "verdict": UNMEASURED, "why": why}
     by_nodes = {int(n): _measure(claim, g) for n, g in per_seed.groupby("nodes")}
-    counted = {n: m for n, m in by_nodes.items() if m["seeds"] >= MIN_SEEDS} or by_nodes
+    counted = {n: m for n, m in by_nodes.items() if m.pop("enough")} or by_nodes
     sign = 1.0 if claim.expect == "above" else -1.0
     best = max(counted, key=lambda n: sign * counted[n]["value"])
     row = {**by_nodes[best], "nodes": best, "suite": per_seed["suite"].iloc[0], "clock": per_seed["clock"].iloc[0]}

@@ -212,7 +212,7 @@ def test_a_diverged_or_failed_run_is_never_counted_as_fast(tmp_path):
     """WAGMA diverged in two seeds, stopping early (a short total time): those pairs are dropped, the
     row counts them, and three seeds are too few for a verdict."""
     status = {"wagma": ["completed", "diverged", "completed", "failed", "completed"]}
-    table = runs(tmp_path, {"wagma": [1.0, 0.1, 1.0, 0.1, 1.0], "allreduce": [1.3] * 5}, status=status)
+    table = runs(tmp_path, {"wagma": [1.0, 0.1, 1.0, 0.1, 1.0], "allreduce": [1.3, 1.3, 1.31, 1.3, 1.29]}, status=status)
     row = claims.evaluate(claim(), table)
     assert row["seeds"] == 3 and row["unfinished"] == 2 and row["value"] == pytest.approx(1.3)
     assert row["verdict"] == claims.INCONCLUSIVE and "needs 5" in row["why"] and "2 runs did not finish" in row["why"]
@@ -416,8 +416,22 @@ def test_a_deterministic_run_gives_one_value_and_no_interval(tmp_path):
     data = runs(tmp_path, {"wagma": [1.0] * 5, "allreduce": [0.93] * 5})
     row = claims.evaluate(claim(paper_ratio=1.26), data)
     assert row["value"] == pytest.approx(0.93) and row["coverage"] is None
-    assert "every seed gives 0.93: a deterministic run" in row["why"]
+    assert "every seed (5) gives 0.93: a deterministic run" in row["why"]
     noisy = claims.evaluate(
         claim(paper_ratio=1.26), runs(tmp_path / "n", {"wagma": [1.0] * 5, "allreduce": [0.93, 0.94, 0.93, 0.92, 0.93]})
     )
     assert noisy["coverage"] == pytest.approx(0.9375) and "deterministic" not in noisy["why"]
+
+
+def test_two_seeds_that_agree_exactly_are_a_deterministic_value_and_two_that_differ_are_not(tmp_path):
+    """A simulated run with no noise repeats to the last digit, so two seeds at 0.93x give a verdict
+    (DASO's pair: 0.93 < 1, does not hold) with one value and no interval; two seeds 0.1 % apart, or
+    one seed alone, read inconclusive and name both ways out."""
+    same = claims.evaluate(claim(paper_ratio=1.26), runs(tmp_path, {"wagma": [1.0] * 2, "allreduce": [0.93] * 2}))
+    assert same["verdict"] == claims.FAILS and same["coverage"] is None and same["seeds"] == 2
+    assert "every seed (2) gives 0.93: a deterministic run" in same["why"]
+    apart = runs(tmp_path / "a", {"wagma": [1.0] * 2, "allreduce": [0.93, 0.931]})
+    differ = claims.evaluate(claim(paper_ratio=1.26), apart)
+    assert differ["verdict"] == claims.INCONCLUSIVE and "a verdict needs 5, or 2 that agree" in differ["why"]
+    alone = claims.evaluate(claim(paper_ratio=1.26), runs(tmp_path / "b", {"wagma": [1.0], "allreduce": [0.93]}))
+    assert alone["verdict"] == claims.INCONCLUSIVE and alone["seeds"] == 1
