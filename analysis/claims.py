@@ -365,7 +365,10 @@ def _measure(claim: Claim, seeds: pd.DataFrame) -> dict[str, object]:
     # agree exactly are its one value; seeds that differ by any amount need MIN_SEEDS for an interval.
     deterministic = len(values) >= DETERMINISTIC_SEEDS and len(set(values)) == 1
     if len(values) < MIN_SEEDS and not deterministic:
-        verdict, why = INCONCLUSIVE, f"{len(values)} seeds; a verdict needs {MIN_SEEDS}, or {DETERMINISTIC_SEEDS} that agree"
+        verdict, why = (
+            INCONCLUSIVE,
+            f"{len(values)} seeds; a verdict needs {MIN_SEEDS}, or {DETERMINISTIC_SEEDS} that agree",
+        )
     elif deterministic:
         out["coverage"] = None
         why += f"; every seed ({len(values)}) gives {values[0]:.4g}: a deterministic run, one value and no interval"

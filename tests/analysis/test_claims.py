@@ -212,7 +212,9 @@ def test_a_diverged_or_failed_run_is_never_counted_as_fast(tmp_path):
     """WAGMA diverged in two seeds, stopping early (a short total time): those pairs are dropped, the
     row counts them, and three seeds are too few for a verdict."""
     status = {"wagma": ["completed", "diverged", "completed", "failed", "completed"]}
-    table = runs(tmp_path, {"wagma": [1.0, 0.1, 1.0, 0.1, 1.0], "allreduce": [1.3, 1.3, 1.31, 1.3, 1.29]}, status=status)
+    table = runs(
+        tmp_path, {"wagma": [1.0, 0.1, 1.0, 0.1, 1.0], "allreduce": [1.3, 1.3, 1.31, 1.3, 1.29]}, status=status
+    )
     row = claims.evaluate(claim(), table)
     assert row["seeds"] == 3 and row["unfinished"] == 2 and row["value"] == pytest.approx(1.3)
     assert row["verdict"] == claims.INCONCLUSIVE and "needs 5" in row["why"] and "2 runs did not finish" in row["why"]
