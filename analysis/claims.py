@@ -388,7 +388,8 @@ def measure(claim: Claim, runs: pd.DataFrame, requires: dict[str, object] | None
             why = f"{unfinished} runs under its conditions did not finish; run {claim.experiment}"
         return {**empty, "clock": "", "unfinished": unfinished, "verdict": UNMEASURED, "why": why}
     by_nodes = {int(n): _measure(claim, g) for n, g in per_seed.groupby("nodes")}
-    counted = {n: m for n, m in by_nodes.items() if m.pop("enough")} or by_nodes
+    enough = {n: m.pop("enough") for n, m in by_nodes.items()}  # MIN_SEEDS, or a deterministic run
+    counted = {n: m for n, m in by_nodes.items() if enough[n]} or by_nodes
     sign = 1.0 if claim.expect == "above" else -1.0
     best = max(counted, key=lambda n: sign * counted[n]["value"])
     row = {**by_nodes[best], "nodes": best, "suite": per_seed["suite"].iloc[0], "clock": per_seed["clock"].iloc[0]}
