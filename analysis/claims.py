@@ -436,8 +436,8 @@ def evaluate(claim: Claim, runs: pd.DataFrame) -> dict[str, object]:
 
 def untestable(claim: Claim, value: float | None) -> str:
     """Why a simulated verdict cannot be tested, and its break-even: the factor by which the
-    baseline's simulated time a step would have to grow for the paper's number, beside what the
-    paper's own numbers imply of that baseline."""
+    baseline's simulated time a step would have to grow for the paper's number (a claim of
+    direction only: for the ratio to cross 1), beside what the paper's own numbers imply of it."""
     network = claim.requires["sim_network"]
     how = "only by a fit row" if claim.pair_validation == "fit" else "by no measurement"
     why = f"the speed-up of {claim.algorithm} over {claim.baseline} on {network} is validated {how}"
@@ -445,6 +445,9 @@ def untestable(claim: Claim, value: float | None) -> str:
     if size is not None and value:
         factor = (size[0] if claim.expect == "above" else size[1]) / value
         why += f"; for the paper's {claim.paper_value} the baseline would have to take {factor:.2f}x its simulated time"
+    elif value:  # a direction, no size: the baseline's time at which the ratio crosses 1
+        side = "more" if claim.expect == "above" else "less"
+        why += f"; for the paper's side of 1 the baseline would have to take {side} than {1 / value:.2f}x its simulated time"
     if claim.baseline_implied:
         why += f"; the paper's own numbers: {claim.baseline_implied}"
     return why

@@ -397,6 +397,8 @@ def test_a_simulated_verdict_whose_pair_no_measurement_validates_is_not_testable
     assert claims.evaluate(claim(**common), data)["verdict"] == claims.FAILS  # a validated pair
     fit_only = claims.evaluate(claim(**common, pair_validation="fit"), data)
     assert fit_only["verdict"] == claims.NOT_TESTABLE and "only by a fit row" in fit_only["why"]
+    direction = claims.evaluate(claim(**{**common, "paper_ratio": None}, pair_validation=""), data)
+    assert "the baseline would have to take more than 1.08x its simulated time" in direction["why"]  # 1 / 0.93
     unmodelled = claim(**{**common, "requires": REQUIRES}, pair_validation="")  # no network model to validate
     assert claims.evaluate(unmodelled, data)["verdict"] == claims.FAILS
 
