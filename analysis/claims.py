@@ -34,7 +34,8 @@ The verdicts, the rule that ``claims.yaml``'s header and the README state:
 - *does not hold*: the interval on the other side of 1 (an ordering in at most 20 % of the seeds);
 - *inconclusive*: the interval straddles 1, or fewer than ``MIN_SEEDS`` seeds; a deterministic run
   (no noise, no stragglers: the simulated DASO pair) repeats to the last digit, so
-  ``DETERMINISTIC_SEEDS`` seeds that agree exactly are its one value, shown without an interval;
+  ``DETERMINISTIC_SEEDS`` seeds whose ratios agree exactly are its one value, shown without an
+  interval (not an ordering's gaps: accuracies are counts of samples and can agree by chance);
 - *not measured*: no run under the claim's conditions.
 
 "Up to X" (``up_to``) is compared with the best node count the claim covers, never pinned on one.
@@ -76,7 +77,7 @@ RULE = (
     f"{(TOLERANCE - 1) * 100:.0f} % each way (an ordering: in every seed, with a gap between half and "
     f"twice the paper's, and each algorithm the paper shows trained at the task's target); direction only: the paper's side, not its size; no effect: the interval within "
     f"[{1 / NO_EFFECT:.2f}, {NO_EFFECT:.2f}]; does not hold: the other side of 1; inconclusive: the "
-    f"interval holds 1, or under {MIN_SEEDS} seeds (a deterministic run: {DETERMINISTIC_SEEDS} that agree exactly); calibrated: a model input was chosen on the paper's "
+    f"interval holds 1, or under {MIN_SEEDS} seeds (a deterministic ratio: {DETERMINISTIC_SEEDS} that agree exactly); calibrated: a model input was chosen on the paper's "
     f"number, so the value is shown and is no reproduction; not testable: simulated, and no test "
     f"measurement validates the speed-up of its pair on its network (the row says what the baseline "
     f"would have to cost for the paper's number)"
@@ -230,9 +231,10 @@ def ordering_verdict(gaps: list[float], paper_gap: float | None = None) -> tuple
     if share < 0.8:
         return INCONCLUSIVE, held
     median = float(np.median(gaps))
-    if share == 1.0 and (paper_gap is None or HALF_GAP * paper_gap <= median <= paper_gap / HALF_GAP):
-        within = f", gap {median:.2f} within half and twice the paper's {paper_gap:.2f}"
-        return REPRODUCED, held + ("" if paper_gap is None else within)
+    if share == 1.0 and paper_gap is None:  # the paper gives an order, no size
+        return REPRODUCED, held
+    if share == 1.0 and HALF_GAP * paper_gap <= median <= paper_gap / HALF_GAP:
+        return REPRODUCED, held + f", gap {median:.2f} within half and twice the paper's {paper_gap:.2f}"
     if share < 1.0:
         return DIRECTION, held + " (a reproduction needs every seed)"
     if median > paper_gap / HALF_GAP:  # the baseline fails here where the paper's trained: another effect
@@ -361,13 +363,17 @@ def _measure(claim: Claim, seeds: pd.DataFrame) -> dict[str, object]:
                 f"; but {', '.join(short)} (median) under the task's target {target:.2f}, where the paper's "
                 "trained to near its single-worker accuracy"
             )
-    # A deterministic run (no noise, no stragglers) repeats to the last digit: DETERMINISTIC_SEEDS that
-    # agree exactly are its one value; seeds that differ by any amount need MIN_SEEDS for an interval.
-    deterministic = len(values) >= DETERMINISTIC_SEEDS and len(set(values)) == 1
+    # A deterministic run (no noise, no stragglers) repeats to the last digit: DETERMINISTIC_SEEDS
+    # ratios of times that agree exactly are its one value. Only ratios: an accuracy is counted in
+    # test samples, so two seeds' gaps can agree by chance; those need MIN_SEEDS like any other.
+    agree = len(set(values)) == 1
+    few = DETERMINISTIC_SEEDS if claim.quantity in RATIOS else MIN_SEEDS
+    deterministic = agree and len(values) >= few
     if len(values) < MIN_SEEDS and not deterministic:
         verdict, why = (
             INCONCLUSIVE,
-            f"{len(values)} seeds; a verdict needs {MIN_SEEDS}, or {DETERMINISTIC_SEEDS} that agree",
+            f"{len(values)} seeds; a verdict needs {MIN_SEEDS}"
+            + (f", or {DETERMINISTIC_SEEDS} that agree" if claim.quantity in RATIOS else ""),
         )
     elif deterministic:
         out["coverage"] = None

@@ -439,3 +439,12 @@ def test_two_seeds_that_agree_exactly_are_a_deterministic_value_and_two_that_dif
     assert differ["verdict"] == claims.INCONCLUSIVE and "a verdict needs 5, or 2 that agree" in differ["why"]
     alone = claims.evaluate(claim(paper_ratio=1.26), runs(tmp_path / "b", {"wagma": [1.0], "allreduce": [0.93]}))
     assert alone["verdict"] == claims.INCONCLUSIVE and alone["seeds"] == 1
+
+
+def test_two_orderings_that_agree_are_not_taken_for_a_deterministic_run(tmp_path):
+    """Accuracies are counts of test samples, so two seeds can give the same gap by chance: an
+    ordering with two equal gaps (+0.10 twice) still needs 5 seeds."""
+    metric = {"dana_dc": [0.9, 0.9], "nag_asgd": [0.8, 0.8]}
+    table = runs(tmp_path, {"dana_dc": [1, 1], "nag_asgd": [1, 1]}, metric=metric)
+    row = claims.evaluate(claim(algorithm="dana_dc", baseline="nag_asgd", quantity="final_metric_above"), table)
+    assert row["verdict"] == claims.INCONCLUSIVE and row["why"].endswith("a verdict needs 5")
